@@ -1,0 +1,28 @@
+"""ragline's engine: per-stage leased jobs on PostgreSQL.
+
+Knows documents, jobs, leases and stages by name; never imports the pipeline.
+"""
+
+from runtime.errors import (
+    InvalidDocument,
+    LeaseLost,
+    MissingInput,
+    PermanentError,
+    RateLimited,
+    RaglineError,
+    TransientError,
+)
+from runtime.stage import JobContext, Pipeline, Stage
+
+__all__ = [
+    "InvalidDocument",
+    "JobContext",
+    "LeaseLost",
+    "MissingInput",
+    "PermanentError",
+    "Pipeline",
+    "RaglineError",
+    "RateLimited",
+    "Stage",
+    "TransientError",
+]

@@ -1,0 +1,3 @@
+from runtime.cli import main
+
+main(prog_name="python -m runtime")

@@ -1,0 +1,249 @@
+"""``python -m runtime``: the composition root.
+
+Flags take their defaults from environment variables (shown in ``--help``), are parsed
+once here and passed down as config structs. The pipeline is loaded by name
+(``--pipeline``), which keeps the engine free of pipeline imports.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import anyio
+import click
+import msgspec
+
+from runtime import logs
+from runtime.database import database, ensure_schema
+from runtime.errors import ConfigurationError, RaglineError
+from runtime.plugin import DEFAULT_PIPELINE, BuildContext, Plugin, load_plugin
+from runtime.worker import DEFAULT_GRACE_S, DEFAULT_LEASE_S, DEFAULT_POLL_S, Worker, WorkerConfig
+
+T = TypeVar("T")
+
+#: Exit codes (documented in the README).
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+class App(msgspec.Struct, kw_only=True):
+    """What every command gets: parsed global options and the loaded pipeline."""
+
+    database_url: str | None
+    data_dir: Path
+    pipeline_spec: str
+    auto_migrate: bool
+    json: bool = False
+    _plugin: Plugin | None = None
+
+    @property
+    def plugin(self) -> Plugin:
+        if self._plugin is None:
+            self._plugin = load_plugin(self.pipeline_spec)
+        return self._plugin
+
+    def build_context(self) -> BuildContext:
+        return BuildContext(data_dir=self.data_dir, env=dict(os.environ))
+
+    def with_database(self, body: Callable[[str], T]) -> T:
+        """Run ``body(dsn)`` with the database up (embedded if needed) and migrated."""
+        with database(self.database_url, self.data_dir) as dsn:
+            if self.auto_migrate:
+                run_async(ensure_schema, dsn)
+            return body(dsn)
+
+
+def run_async(fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        import uvloop
+
+        return anyio.run(fn, *args, backend_options={"loop_factory": uvloop.new_event_loop})
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux/macOS
+        return anyio.run(fn, *args)
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    click.echo(f"ragline: {message}", err=True)
+    sys.exit(code)
+
+
+def parse_stages(value: str | None, known: tuple[str, ...]) -> tuple[str, ...]:
+    if not value:
+        return known
+    stages = tuple(s.strip() for s in value.split(",") if s.strip())
+    unknown = [s for s in stages if s not in known]
+    if unknown:
+        raise click.BadParameter(f"unknown stage(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return stages
+
+
+def parse_concurrency(
+    value: str | None, stages: tuple[str, ...], defaults: Mapping[str, int]
+) -> dict[str, int]:
+    """``N`` for every stage, or ``stage=N,...`` on top of the pipeline's defaults."""
+    result = {s: defaults.get(s, 1) for s in stages}
+    if not value:
+        return result
+    try:
+        if "=" not in value:
+            return dict.fromkeys(stages, int(value))
+        for part in value.split(","):
+            name, _, n = part.partition("=")
+            if name.strip() not in stages:
+                raise click.BadParameter(f"stage {name.strip()!r} is not among --stages")
+            result[name.strip()] = int(n)
+    except ValueError as exc:
+        raise click.BadParameter(f"expected N or stage=N,... got {value!r}") from exc
+    if any(n < 1 for n in result.values()):
+        raise click.BadParameter("concurrency must be >= 1")
+    return result
+
+
+class PipelineGroup(click.Group):
+    """Adds the pipeline's own commands (submit, ingest, ...) lazily, by name."""
+
+    def _plugin_commands(self, ctx: click.Context) -> dict[str, click.Command]:
+        spec = ctx.params.get("pipeline") or os.environ.get("RAGLINE_PIPELINE", DEFAULT_PIPELINE)
+        try:
+            return {c.name: c for c in load_plugin(spec).commands if c.name}
+        except ConfigurationError:
+            return {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._plugin_commands(ctx)})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, cmd_name) or self._plugin_commands(ctx).get(cmd_name)
+
+
+def env_option(*decls: str, envvar: str, **kwargs: Any) -> Callable[[T], T]:
+    return click.option(*decls, envvar=envvar, show_envvar=True, show_default=True, **kwargs)
+
+
+@click.group(cls=PipelineGroup, invoke_without_command=True,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@env_option("--database-url", envvar="DATABASE_URL", default=None,
+            help="PostgreSQL URL. Unset: an embedded PostgreSQL under --data-dir.")
+@env_option("--data-dir", envvar="RAGLINE_DATA_DIR", default=".ragline",
+            type=click.Path(file_okay=False, path_type=Path),
+            help="Local state: embedded PostgreSQL, assets, vector index.")
+@env_option("--pipeline", envvar="RAGLINE_PIPELINE", default=DEFAULT_PIPELINE,
+            help="The pipeline to run, as module:attribute.")
+@env_option("--auto-migrate/--no-auto-migrate", envvar="RAGLINE_AUTO_MIGRATE", default=True,
+            help="Apply pending schema migrations on start.")
+@env_option("--log-level", envvar="RAGLINE_LOG_LEVEL", default="info",
+            type=click.Choice(["debug", "info", "warning", "error"]))
+@env_option("--log-format", envvar="RAGLINE_LOG_FORMAT", default="text",
+            type=click.Choice(["text", "json"]), help="One line per event; json for machines.")
+@env_option("--stages", envvar="RAGLINE_STAGES", default=None,
+            help="Worker mode: comma-separated stages this process serves [default: all].")
+@env_option("--concurrency", envvar="RAGLINE_CONCURRENCY", default=None,
+            help="Worker mode: jobs in flight per stage: N, or stage=N,... "
+                 "[default: the pipeline's per-stage defaults].")
+@env_option("--lease", "lease_s", envvar="RAGLINE_LEASE_S", default=DEFAULT_LEASE_S, type=float,
+            help="Seconds a claimed job stays leased without a heartbeat.")
+@env_option("--heartbeat", "heartbeat_s", envvar="RAGLINE_HEARTBEAT_S", default=0.0, type=float,
+            help="Seconds between lease renewals (0: a third of the lease).")
+@env_option("--poll", "poll_s", envvar="RAGLINE_POLL_S", default=DEFAULT_POLL_S, type=float,
+            help="Seconds between queue polls when no NOTIFY arrives.")
+@env_option("--grace", "grace_s", envvar="RAGLINE_GRACE_S", default=DEFAULT_GRACE_S, type=float,
+            help="On SIGTERM/SIGINT, seconds in-flight jobs get before they are released.")
+@env_option("--retry-base", "retry_base_s", envvar="RAGLINE_RETRY_BASE_S", default=2.0,
+            type=float, help="First retry delay in seconds; doubles per attempt, capped at 300.")
+@env_option("--exit-when-idle", envvar="RAGLINE_EXIT_WHEN_IDLE", is_flag=True, default=False,
+            help="Worker mode: exit once no job of these stages is queued or running.")
+@env_option("--metrics-port", envvar="RAGLINE_METRICS_PORT", default=0, type=int,
+            help="Serve Prometheus metrics on this port (0: off).")
+@click.pass_context
+def main(ctx: click.Context, **opts: Any) -> None:
+    """ragline: PDFs to a vector index through leased, checkpointed stages on PostgreSQL.
+
+    Without a command, runs stage workers (all stages, or --stages) until SIGTERM/SIGINT.
+    """
+    logs.configure(opts["log_level"], opts["log_format"])
+    ctx.obj = App(
+        database_url=opts["database_url"],
+        data_dir=opts["data_dir"],
+        pipeline_spec=opts["pipeline"],
+        auto_migrate=opts["auto_migrate"],
+    )
+    ctx.meta["worker_opts"] = opts
+    if ctx.invoked_subcommand is None:
+        guarded(lambda: run_workers(ctx.obj, opts))
+
+
+def worker_config(app: App, opts: Mapping[str, Any], **overrides: Any) -> WorkerConfig:
+    plugin = app.plugin
+    stages = parse_stages(opts["stages"], plugin.stage_names)
+    fields: dict[str, Any] = {
+        "stages": stages,
+        "concurrency": parse_concurrency(opts["concurrency"], stages, plugin.default_concurrency),
+        "lease_s": opts["lease_s"],
+        "heartbeat_s": opts["heartbeat_s"],
+        "poll_s": opts["poll_s"],
+        "grace_s": opts["grace_s"],
+        "retry_base_s": opts["retry_base_s"],
+        "exit_when_idle": opts["exit_when_idle"],
+        "handle_signals": True,
+    }
+    fields.update(overrides)
+    return WorkerConfig(**fields)
+
+
+def run_workers(app: App, opts: Mapping[str, Any]) -> None:
+    config = worker_config(app, opts)
+    if opts["metrics_port"]:
+        from prometheus_client import start_http_server
+
+        start_http_server(opts["metrics_port"])
+
+    def body(dsn: str) -> None:
+        pipeline = app.plugin.build(app.build_context())
+        run_async(Worker(pipeline, dsn, config).run)
+
+    app.with_database(body)
+
+
+def guarded(body: Callable[[], T]) -> T:
+    """Turn ragline's errors into one line on stderr and an exit code."""
+    try:
+        return body()
+    except click.ClickException:
+        raise
+    except KeyboardInterrupt:
+        fail("interrupted", EXIT_INTERRUPTED)
+    except ConfigurationError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except (RaglineError, OSError) as exc:
+        code = EXIT_UNAVAILABLE if isinstance(exc, ConnectionError) else EXIT_FAILED
+        fail(f"{exc}", code)
+
+
+@main.command()
+@click.pass_obj
+def migrate(app: App) -> None:
+    """Apply pending schema migrations (safe to run from many processes at once)."""
+
+    def body(dsn: str) -> None:
+        applied = run_async(ensure_schema, dsn)
+        click.echo(f"applied {len(applied)} migration(s)" if applied else "schema up to date")
+
+    guarded(lambda: msgspec.structs.replace(app, auto_migrate=False).with_database(body))
+
+
+@main.group()
+def db() -> None:
+    """The embedded PostgreSQL (used when DATABASE_URL is unset)."""
+
+
+@db.command("stop")
+@click.pass_obj
+def db_stop(app: App) -> None:
+    """Stop the embedded PostgreSQL under --data-dir, even if processes still use it."""
+    from runtime.embedded import EmbeddedPostgres
+
+    stopped = guarded(lambda: EmbeddedPostgres(app.data_dir).stop())
+    click.echo("stopped" if stopped else "not running")

@@ -1,0 +1,54 @@
+"""Which PostgreSQL to use: ``DATABASE_URL``, or the embedded cluster under the data dir."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import asyncpg
+
+from runtime.errors import DatabaseUnavailable
+from runtime.migrate import migrate
+
+
+@contextlib.contextmanager
+def database(database_url: str | None, data_dir: Path) -> Iterator[str]:
+    """Yield a DSN; starts (or joins) the embedded cluster when no URL is given."""
+    if database_url:
+        yield database_url
+        return
+    from runtime.embedded import embedded_postgres
+
+    with embedded_postgres(data_dir) as dsn:
+        yield dsn
+
+
+async def connect(dsn: str, timeout_s: float = 10.0) -> asyncpg.Connection[Any]:
+    try:
+        return await asyncpg.connect(dsn, timeout=timeout_s)
+    except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
+        raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
+
+
+async def ensure_schema(dsn: str) -> list[int]:
+    conn = await connect(dsn)
+    try:
+        return await migrate(conn)
+    finally:
+        await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def open_pool(dsn: str, max_size: int = 10) -> AsyncIterator[asyncpg.Pool[Any]]:
+    try:
+        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=max_size)
+    except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
+        raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
+    try:
+        yield pool
+    finally:
+        with anyio.CancelScope(shield=True):
+            await pool.close()

@@ -1,0 +1,21 @@
+"""Which database errors mean "the connection is gone, try again" rather than a bug."""
+
+from __future__ import annotations
+
+import asyncpg
+
+#: Connection refused or reset, server restarting, backend terminated
+#: (``pg_terminate_backend``: AdminShutdownError is an OperatorInterventionError),
+#: connection closed under the pool, too many clients.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.TooManyConnectionsError,
+)
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    return isinstance(exc, CONNECTION_ERRORS)

@@ -1,0 +1,105 @@
+"""The contract between the engine and a pipeline.
+
+The engine knows stages only by name. A pipeline (``stages/`` for ragline's RAG pipeline,
+or a test pipeline) hands the engine an ordered tuple of :class:`Stage` objects; completing
+stage *i* enqueues stage *i + 1* in the same transaction, and completing the last stage
+makes the document ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeAlias, runtime_checkable
+
+import asyncpg
+import msgspec
+
+from runtime.errors import ConfigurationError
+from runtime.models import Job
+
+#: A function that writes into the database inside a transaction the engine opened.
+Writer: TypeAlias = Callable[["asyncpg.Connection[Any]"], Awaitable[None]]
+
+
+class JobContext(Protocol):
+    """What a stage's ``process`` may use while it runs."""
+
+    @property
+    def job(self) -> Job: ...
+
+    @property
+    def pool(self) -> asyncpg.Pool[Any]:
+        """A pool for reads (inputs, checkpoints of earlier stages)."""
+        ...
+
+    async def checkpoint(self, write: Writer) -> None:
+        """Run ``write`` in a transaction that first checks this job still holds its lease.
+
+        For intermediate checkpoints (an embedded batch, a described image) so a retry
+        skips finished work. Raises :class:`runtime.errors.LeaseLost` and writes nothing
+        when the lease is gone.
+        """
+        ...
+
+
+@runtime_checkable
+class Stage(Protocol):
+    """One pipeline stage."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def process(self, ctx: JobContext) -> Any:
+        """Do the stage's work and return its output.
+
+        Must not write to the database except through ``ctx.checkpoint``. Raise
+        :class:`runtime.errors.PermanentError` or :class:`runtime.errors.TransientError`
+        (or subclasses) on failure; any other exception counts as transient.
+        """
+        ...
+
+    async def write(self, conn: asyncpg.Connection[Any], job: Job, output: Any) -> None:
+        """Write ``output`` inside the completion transaction (the checkpoint)."""
+        ...
+
+    async def on_failed(self, job: Job) -> None:
+        """Undo side effects outside PostgreSQL after the job failed permanently."""
+        ...
+
+
+class Pipeline(msgspec.Struct, frozen=True, kw_only=True):
+    """An ordered set of stages plus the lifespan of the services they share."""
+
+    stages: Sequence[Stage]
+    lifespan: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None
+
+    def __post_init__(self) -> None:
+        names = [s.name for s in self.stages]
+        if not names:
+            raise ConfigurationError("a pipeline needs at least one stage")
+        if len(set(names)) != len(names):
+            raise ConfigurationError(f"duplicate stage names in pipeline: {names}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.stages)
+
+    def stage(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise ConfigurationError(f"unknown stage {name!r}; stages are {', '.join(self.names)}")
+
+    def next_stage(self, name: str) -> str | None:
+        names = self.names
+        i = names.index(name)
+        return names[i + 1] if i + 1 < len(names) else None
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        if self.lifespan is None:
+            yield
+        else:
+            async with self.lifespan():
+                yield

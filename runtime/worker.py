@@ -1,0 +1,541 @@
+"""The stage worker: claims jobs of its stages into free slots, runs them, settles them.
+
+One process runs one :class:`Worker`. Per stage it has one claim loop that leases no more
+jobs than that stage has free slots; each job runs in its own cancel scope. Side tasks —
+LISTEN/NOTIFY wake-ups, the batched heartbeat, the rescuer's sweep, signal handling —
+belong to one anyio task group, so if one of them dies the worker stops instead of
+limping on. Outcome writes run shielded from cancellation and are fenced by the job's
+lease token: a worker that lost its lease commits nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import socket
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import anyio
+import asyncpg
+import msgspec
+
+from runtime import metrics
+from runtime.backoff import Reconnect, retry_delay_s
+from runtime.clock import Clock
+from runtime.dberrors import CONNECTION_ERRORS
+from runtime.errors import (
+    ConfigurationError,
+    LeaseLost,
+    RateLimited,
+    StageError,
+    TransientError,
+    one_line,
+)
+from runtime.models import Failure, Job, JobState
+from runtime.repository import JobRepository, Pool
+from runtime.rescuer import Rescuer, RescuerConfig
+from runtime.stage import Pipeline, Stage, Writer
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "ragline_jobs"
+DEFAULT_LEASE_S = 60.0
+DEFAULT_POLL_S = 2.0
+DEFAULT_GRACE_S = 10.0
+
+
+def new_worker_id() -> str:
+    """``host:pid:random``, unique per process start."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
+    stages: tuple[str, ...]
+    concurrency: Mapping[str, int]
+    lease_s: float = DEFAULT_LEASE_S
+    #: 0 means lease_s / 3.
+    heartbeat_s: float = 0.0
+    poll_s: float = DEFAULT_POLL_S
+    grace_s: float = DEFAULT_GRACE_S
+    retry_base_s: float = 2.0
+    retry_cap_s: float = 300.0
+    rescue_every_s: float = 5.0
+    exit_when_idle: bool = False
+    handle_signals: bool = False
+    listen: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.stages:
+            raise ConfigurationError("a worker needs at least one stage")
+        for stage in self.stages:
+            if self.concurrency.get(stage, 0) < 1:
+                raise ConfigurationError(f"concurrency of stage {stage!r} must be >= 1")
+        if self.lease_s <= 0 or self.poll_s <= 0 or self.grace_s < 0:
+            raise ConfigurationError("lease_s and poll_s must be > 0, grace_s >= 0")
+        if self.heartbeat_s and self.heartbeat_s >= self.lease_s:
+            raise ConfigurationError("heartbeat_s must be shorter than lease_s")
+
+    @property
+    def heartbeat_every_s(self) -> float:
+        return self.heartbeat_s or self.lease_s / 3
+
+
+class Success(msgspec.Struct, frozen=True):
+    output: Any
+
+
+class Lost(msgspec.Struct, frozen=True):
+    pass
+
+
+class Shutdown(msgspec.Struct, frozen=True):
+    pass
+
+
+Outcome = Success | Failure | Lost | Shutdown
+
+
+class InFlight:
+    """A running job: its cancel scope and when its lease was last confirmed."""
+
+    def __init__(self, job: Job, stage: Stage) -> None:
+        self.job = job
+        self.stage = stage
+        self.scope = anyio.CancelScope()
+        self.renewed_at = time.monotonic()
+        self.started_at = self.renewed_at
+        self.lost = False
+
+    def lose(self) -> None:
+        self.lost = True
+        self.scope.cancel()
+
+
+class Context:
+    """The :class:`runtime.stage.JobContext` a stage's ``process`` gets."""
+
+    def __init__(self, job: Job, repo: JobRepository) -> None:
+        self._job = job
+        self._repo = repo
+
+    @property
+    def job(self) -> Job:
+        return self._job
+
+    @property
+    def pool(self) -> Pool:
+        return self._repo.pool
+
+    async def checkpoint(self, write: Writer) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            if not await self._repo.check_lease(conn, self._job):
+                raise LeaseLost()
+            await write(conn)
+
+
+def failure_of(exc: BaseException) -> Failure:
+    """Classify an exception from a stage: permanent, transient, or rate-limited."""
+    if isinstance(exc, StageError):
+        retry_after = exc.retry_after_s if isinstance(exc, TransientError) else None
+        return Failure(
+            message=one_line(exc.message or type(exc).__name__),
+            kind=exc.kind,
+            permanent=not isinstance(exc, TransientError),
+            retry_after_s=retry_after,
+        )
+    # Anything unclassified (a bug, a library error) gets retried within max_attempts;
+    # the message keeps the type so the person reading it can tell.
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return Failure(message=one_line(text), kind="error", permanent=False)
+
+
+class Worker:
+    """Runs the stages of ``pipeline`` named in ``config.stages``."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        dsn: str,
+        config: WorkerConfig,
+        *,
+        clock: Clock | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        for name in config.stages:
+            pipeline.stage(name)  # raises on an unknown stage
+        self.pipeline = pipeline
+        self.dsn = dsn
+        self.config = config
+        self.clock = clock or Clock()
+        self.id = worker_id or new_worker_id()
+        self.inflight: dict[int, InFlight] = {}
+        self.running = dict.fromkeys(config.stages, 0)
+        self._wake = {s: anyio.Event() for s in config.stages}
+        self._stopping = anyio.Event()
+        self._drained = anyio.Event()
+        self._repo: JobRepository | None = None
+        self.log = logging.LoggerAdapter(log, {"worker": self.id})
+
+    @property
+    def repo(self) -> JobRepository:
+        if self._repo is None:
+            raise RuntimeError("worker is not running")
+        return self._repo
+
+    def stop(self) -> None:
+        """Stop claiming; in-flight jobs get ``grace_s`` to finish, then are released."""
+        self._stopping.set()
+        for event in self._wake.values():
+            event.set()
+
+    def cancel_inflight(self) -> None:
+        for flight in list(self.inflight.values()):
+            flight.scope.cancel()
+
+    async def run(self) -> None:
+        """Work until stopped (signal, :meth:`stop`, or idle with ``exit_when_idle``)."""
+        async with self._pool() as pool, self.pipeline.running():
+            self._repo = JobRepository(pool)
+            await self._register()
+            self.log.info("worker started: stages %s", ",".join(self.config.stages))
+            try:
+                async with anyio.create_task_group() as side:
+                    self._start_side_tasks(side)
+                    await self._work()
+                    side.cancel_scope.cancel()
+            finally:
+                with anyio.CancelScope(shield=True), contextlib.suppress(*CONNECTION_ERRORS):
+                    await self.repo.unregister_worker(self.id)
+                self.log.info("worker stopped")
+
+    @contextlib.asynccontextmanager
+    async def _pool(self) -> AsyncIterator[Pool]:
+        size = sum(self.config.concurrency[s] for s in self.config.stages) + 3
+        # min_size=0: nothing connects eagerly, so a worker starts while the database
+        # is still down and connects when it comes back.
+        pool = await asyncpg.create_pool(self.dsn, min_size=0, max_size=size)
+        try:
+            yield pool
+        finally:
+            with anyio.CancelScope(shield=True):
+                await pool.close()
+
+    async def _register(self) -> None:
+        reconnect = Reconnect()
+        while not self._stopping.is_set():
+            try:
+                await self.repo.register_worker(self.id, self.config.stages)
+                return
+            except CONNECTION_ERRORS as exc:
+                self._db_error("register", exc)
+                await anyio.sleep(reconnect.next_s())
+
+    def _start_side_tasks(self, side: anyio.abc.TaskGroup) -> None:
+        rescuer = Rescuer(
+            self.repo, RescuerConfig(interval_s=self.config.rescue_every_s), clock=self.clock
+        )
+        side.start_soon(rescuer.run)
+        side.start_soon(self._heartbeat_loop)
+        if self.config.listen:
+            side.start_soon(self._listen_loop)
+        if self.config.handle_signals:
+            side.start_soon(self._signal_loop)
+
+    async def _work(self) -> None:
+        async with anyio.create_task_group() as jobs:
+            async with anyio.create_task_group() as loops:
+                for name in self.config.stages:
+                    loops.start_soon(self._claim_loop, self.pipeline.stage(name), jobs)
+                if self.config.exit_when_idle:
+                    loops.start_soon(self._idle_watch)
+            await self._drain()
+
+    async def _drain(self) -> None:
+        """After claiming stopped: let jobs finish within the grace period, then cancel."""
+        if self.inflight:
+            self.log.info("stopping: %d job(s) in flight, grace %.0fs", len(self.inflight),
+                          self.config.grace_s)
+            with anyio.move_on_after(self.config.grace_s):
+                while self.inflight:
+                    self._drained = anyio.Event()
+                    await self._drained.wait()
+        self.cancel_inflight()
+
+    # -- claiming ---------------------------------------------------------------------
+
+    async def _claim_loop(self, stage: Stage, jobs: anyio.abc.TaskGroup) -> None:
+        limit = self.config.concurrency[stage.name]
+        reconnect = Reconnect()
+        while not self._stopping.is_set():
+            # Replace the wake event before claiming, so a NOTIFY that lands during the
+            # claim sets the new event and is not lost.
+            wake = self._wake[stage.name] = anyio.Event()
+            free = limit - self.running[stage.name]
+            claimed: list[Job] = []
+            if free > 0:
+                try:
+                    claimed = await self.repo.claim(
+                        stage.name, self.id, free, self.config.lease_s, self.clock.db_now()
+                    )
+                    reconnect.reset()
+                except CONNECTION_ERRORS as exc:
+                    self._db_error("claim", exc)
+                    await anyio.sleep(reconnect.next_s())
+                    continue
+            for job in claimed:
+                self.running[stage.name] += 1
+                flight = InFlight(job, stage)
+                self.inflight[job.id] = flight
+                jobs.start_soon(self._run_job, flight)
+            if not claimed or len(claimed) < free:
+                with anyio.move_on_after(self.config.poll_s):
+                    await wake.wait()
+
+    async def _idle_watch(self) -> None:
+        while not self._stopping.is_set():
+            await anyio.sleep(min(self.config.poll_s, 0.25))
+            if self.inflight:
+                continue
+            try:
+                live = await self.repo.count_live(self.config.stages)
+            except CONNECTION_ERRORS as exc:
+                self._db_error("idle check", exc)
+                continue
+            if live == 0 and not self.inflight:
+                self.log.info("no work left for stages %s; exiting", ",".join(self.config.stages))
+                self.stop()
+
+    # -- running a job ----------------------------------------------------------------
+
+    async def _run_job(self, flight: InFlight) -> None:
+        job, stage = flight.job, flight.stage
+        jlog = self._job_log(job)
+        metrics.CLAIMED.labels(stage.name).inc()
+        jlog.debug("claimed (attempt %d/%d)", job.attempts, job.max_attempts)
+        try:
+            outcome = await self._execute(flight)
+            with anyio.CancelScope(shield=True):
+                await self._settle(flight, outcome, jlog)
+        finally:
+            del self.inflight[job.id]
+            self.running[stage.name] -= 1
+            self._wake[stage.name].set()
+            self._drained.set()
+
+    async def _execute(self, flight: InFlight) -> Outcome:
+        with flight.scope:
+            try:
+                output = await flight.stage.process(Context(flight.job, self.repo))
+                return Success(output)
+            except LeaseLost:
+                return Lost()
+            except Exception as exc:
+                return self._classify(exc)
+        return Lost() if flight.lost else Shutdown()
+
+    def _classify(self, exc: Exception) -> Failure:
+        if isinstance(exc, CONNECTION_ERRORS) and not isinstance(exc, StageError):
+            # Our database blinked: not the document's fault. Hand the job back.
+            self._db_error("stage", exc)
+            return Failure(message=one_line(f"database: {exc}"), kind="database",
+                           permanent=False, retry_after_s=1.0)
+        return failure_of(exc)
+
+    async def _settle(self, flight: InFlight, outcome: Outcome, jlog: logging.LoggerAdapter[Any]
+                      ) -> None:
+        """Write the outcome, retrying through connection errors until the lease would
+        have expired anyway (after that the sweep owns the job)."""
+        deadline = flight.renewed_at + self.config.lease_s
+        reconnect = Reconnect(max_s=2.0)
+        while True:
+            try:
+                await self._write_outcome(flight, outcome, jlog)
+                return
+            except CONNECTION_ERRORS as exc:
+                self._db_error("settle", exc)
+                if time.monotonic() + reconnect.first_s >= deadline:
+                    jlog.warning("could not record outcome before the lease ran out; "
+                                 "the sweep will requeue the job")
+                    return
+                await anyio.sleep(reconnect.next_s())
+
+    async def _write_outcome(self, flight: InFlight, outcome: Outcome,
+                             jlog: logging.LoggerAdapter[Any]) -> None:
+        job, name = flight.job, flight.stage.name
+        elapsed = time.monotonic() - flight.started_at
+        if isinstance(outcome, Success):
+            await self._complete(flight, outcome.output, jlog)
+        elif isinstance(outcome, Failure):
+            await self._fail(flight, outcome, jlog)
+        elif isinstance(outcome, Shutdown):
+            released = await self.repo.release(job, 0.0, None, None, self.clock.db_now())
+            metrics.RELEASED.labels(name).inc()
+            jlog.info("released on shutdown" if released else "shutdown: lease already gone")
+        else:
+            metrics.LEASE_LOST.labels(name).inc()
+            jlog.warning("lease lost; abandoned the job without committing")
+        metrics.DURATION.labels(name, type(outcome).__name__.lower()).observe(elapsed)
+
+    async def _complete(self, flight: InFlight, output: Any,
+                        jlog: logging.LoggerAdapter[Any]) -> None:
+        job, stage = flight.job, flight.stage
+        write: Writer | None = None
+        if output is not None:
+            async def write(conn: asyncpg.Connection[Any]) -> None:
+                await stage.write(conn, job, output)
+        try:
+            held = await self.repo.complete(
+                job, self.pipeline.next_stage(stage.name), write, self.clock.db_now()
+            )
+        except CONNECTION_ERRORS:
+            raise
+        except Exception as exc:  # the stage's writer failed: that is a failed attempt
+            await self._fail(flight, failure_of(exc), jlog)
+            return
+        if held:
+            metrics.SUCCEEDED.labels(stage.name).inc()
+            jlog.info("succeeded in %.3fs", time.monotonic() - flight.started_at)
+        else:
+            metrics.LEASE_LOST.labels(stage.name).inc()
+            jlog.warning("lease lost before commit; nothing written")
+
+    async def _fail(self, flight: InFlight, failure: Failure,
+                    jlog: logging.LoggerAdapter[Any]) -> None:
+        job, name = flight.job, flight.stage.name
+        now = self.clock.db_now()
+        if failure.kind == RateLimited.kind:
+            delay = retry_delay_s(job.attempts, base_s=self.config.retry_base_s,
+                                  cap_s=self.config.retry_cap_s, retry_after_s=failure.retry_after_s)
+            await self.repo.release(job, delay, failure.message, failure.kind, now)
+            metrics.RATE_LIMITED.labels(name).inc()
+            jlog.info("rate-limited; retrying in %.1fs (attempt not counted)", delay)
+            return
+        delay = retry_delay_s(job.attempts, base_s=self.config.retry_base_s,
+                              cap_s=self.config.retry_cap_s, retry_after_s=failure.retry_after_s)
+        state = await self.repo.retry_or_fail(job, failure, delay, now)
+        if state is JobState.FAILED:
+            metrics.FAILED.labels(name, failure.kind).inc()
+            jlog.error("failed: %s", failure.message)
+            await self._undo(flight, jlog)
+        elif state is JobState.QUEUED:
+            metrics.RETRIED.labels(name, failure.kind).inc()
+            jlog.warning("attempt %d failed, retrying in %.1fs: %s", job.attempts, delay,
+                         failure.message)
+        else:
+            metrics.LEASE_LOST.labels(name).inc()
+            jlog.warning("lease lost before recording failure: %s", failure.message)
+
+    async def _undo(self, flight: InFlight, jlog: logging.LoggerAdapter[Any]) -> None:
+        try:
+            await flight.stage.on_failed(flight.job)
+        except Exception as exc:  # best effort: verify --repair reconciles what is left
+            jlog.warning("could not undo side effects of the failed job: %s", one_line(str(exc)))
+
+    # -- side tasks -------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        every = self.config.heartbeat_every_s
+        while True:
+            await anyio.sleep(every)
+            await self.heartbeat_once()
+
+    async def heartbeat_once(self) -> None:
+        """Renew every held lease in one statement; cancel the jobs whose lease is gone."""
+        flights = [f for f in self.inflight.values() if not f.lost]
+        try:
+            await self.repo.register_worker(self.id, self.config.stages)
+            if not flights:
+                return
+            asked_at = time.monotonic()
+            held = await self.repo.heartbeat(
+                [(f.job.id, f.job.lease_token) for f in flights],
+                self.config.lease_s,
+                self.clock.db_now(),
+            )
+        except CONNECTION_ERRORS as exc:
+            self._db_error("heartbeat", exc)
+            self._lose_unconfirmed(flights)
+            return
+        for flight in flights:
+            if flight.job.id in held:
+                flight.renewed_at = asked_at
+            else:
+                self._job_log(flight.job).warning("lease lost (heartbeat); cancelling the job")
+                flight.lose()
+
+    def _lose_unconfirmed(self, flights: list[InFlight]) -> None:
+        # We cannot reach the database, so we cannot know; assume a lease lost before the
+        # next heartbeat could renew it (another worker may already hold it by then).
+        horizon = time.monotonic() + self.config.heartbeat_every_s
+        for flight in flights:
+            if flight.renewed_at + self.config.lease_s <= horizon:
+                self._job_log(flight.job).warning("lease cannot be renewed; cancelling the job")
+                flight.lose()
+
+    async def _listen_loop(self) -> None:
+        reconnect = Reconnect()
+        while True:
+            try:
+                await self._listen_once(reconnect)
+            except CONNECTION_ERRORS as exc:
+                self._db_error("listen", exc)
+            await anyio.sleep(reconnect.next_s())
+
+    async def _listen_once(self, reconnect: Reconnect) -> None:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            closed = anyio.Event()
+            conn.add_termination_listener(lambda _c: closed.set())
+            await conn.add_listener(CHANNEL, self._on_notify)
+            reconnect.reset()
+            # Notifications may have been missed while we were not listening.
+            for event in self._wake.values():
+                event.set()
+            while not conn.is_closed():
+                with anyio.move_on_after(30):
+                    await closed.wait()
+                if not conn.is_closed():
+                    await conn.execute("SELECT 1")  # keepalive: notices a dead socket
+        finally:
+            with anyio.CancelScope(shield=True), contextlib.suppress(*CONNECTION_ERRORS):
+                await conn.close(timeout=2)
+
+    def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        event = self._wake.get(str(payload))
+        if event is not None:
+            event.set()
+
+    async def _signal_loop(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                if self._stopping.is_set():
+                    self.log.warning("second %s: cancelling jobs now", signal.Signals(signum).name)
+                    self.cancel_inflight()
+                else:
+                    self.log.info("%s: stopping", signal.Signals(signum).name)
+                    self.stop()
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _job_log(self, job: Job) -> logging.LoggerAdapter[Any]:
+        return logging.LoggerAdapter(
+            log,
+            {"worker": self.id, "job": job.id, "stage": job.stage, "document": job.document_id,
+             "attempt": job.attempts},
+        )
+
+    def _db_error(self, where: str, exc: BaseException) -> None:
+        metrics.DB_ERRORS.labels(where).inc()
+        self.log.warning("database unavailable (%s): %s", where, one_line(f"{type(exc).__name__}: {exc}"))
+
+
+def run_worker(pipeline: Pipeline, dsn: str, config: WorkerConfig,
+               backend_options: Callable[[], dict[str, Any]] | None = None) -> None:
+    """Blocking entry point used by the CLI."""
+    options = backend_options() if backend_options else {}
+    anyio.run(Worker(pipeline, dsn, config).run, **options)

@@ -1,0 +1,51 @@
+-- Named queries on documents.
+
+-- name: insert_document
+-- Insert a document unless the same bytes (unforced) are already there; returns the id
+-- of the new row, or nothing when it already existed.
+-- $1 id, $2 filename, $3 media type, $4 byte size, $5 sha256, $6 asset key, $7 forced,
+-- $8 first stage
+INSERT INTO documents (id, filename, media_type, byte_size, sha256, asset_key, forced, stage)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (sha256) WHERE NOT forced DO NOTHING
+RETURNING id;
+
+-- name: find_document_by_sha256
+-- The unforced document holding these bytes.
+-- $1 sha256
+SELECT id, filename, media_type, byte_size, sha256, asset_key, status::text AS status, stage,
+       error, generation, created_at, updated_at
+FROM documents WHERE sha256 = $1 AND NOT forced;
+
+-- name: get_document
+-- One document.
+-- $1 id
+SELECT id, filename, media_type, byte_size, sha256, asset_key, status::text AS status, stage,
+       error, generation, created_at, updated_at
+FROM documents WHERE id = $1;
+
+-- name: get_documents
+-- Several documents.
+-- $1 ids
+SELECT id, filename, media_type, byte_size, sha256, asset_key, status::text AS status, stage,
+       error, generation, created_at, updated_at
+FROM documents WHERE id = ANY($1::uuid[]) ORDER BY created_at, id;
+
+-- name: start_generation
+-- Begin a new generation of a document at stage $2 (first submission or reprocess):
+-- bump the generation (unless $3 is false), set it pending at that stage.
+-- $1 id, $2 stage, $3 bump
+UPDATE documents
+SET generation = generation + CASE WHEN $3 THEN 1 ELSE 0 END,
+    status = 'pending', stage = $2, error = NULL, updated_at = now()
+WHERE id = $1
+RETURNING generation;
+
+-- name: delete_documents
+-- Delete documents (their jobs and checkpoints cascade).
+-- $1 ids
+DELETE FROM documents WHERE id = ANY($1::uuid[]) RETURNING id;
+
+-- name: count_documents_by_status
+-- Documents per status.
+SELECT status::text AS status, count(*) AS n FROM documents GROUP BY status;

@@ -1,0 +1,208 @@
+-- Named queries on stage_jobs: the life of a job (DESIGN.md §3).
+-- Every "now" is `coalesce($n, now())` so tests can pin the database clock.
+
+-- name: claim_jobs
+-- Lease up to $3 queued jobs of one stage whose run_after has passed, best first.
+-- $1 stage, $2 worker id, $3 limit, $4 lease seconds, $5 now (NULL: server time)
+WITH picked AS (
+    SELECT id
+    FROM stage_jobs
+    WHERE state = 'queued' AND stage = $1 AND run_after <= coalesce($5, now())
+    -- Same order as the stage_jobs_claim index, so this is an index walk with a LIMIT.
+    ORDER BY priority DESC, run_after, id
+    LIMIT $3
+    -- SKIP LOCKED: concurrent claimers take different rows instead of queueing on locks.
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE stage_jobs AS j
+SET state = 'running',
+    attempts = j.attempts + 1,
+    lease_owner = $2,
+    -- A fresh token per claim is the fencing token: every later write checks it.
+    lease_token = gen_random_uuid(),
+    lease_expires_at = coalesce($5, now()) + make_interval(secs => $4),
+    started_at = coalesce($5, now()),
+    finished_at = NULL
+FROM picked, documents AS d
+WHERE j.id = picked.id AND d.id = j.document_id
+RETURNING j.id, j.document_id, j.stage, j.generation, j.attempts, j.max_attempts,
+          j.lease_token, j.lease_expires_at, j.created_at, d.filename;
+
+-- name: heartbeat_jobs
+-- Renew the leases this worker still holds; returns the ids whose token still holds.
+-- $1 job ids, $2 their lease tokens, $3 lease seconds, $4 now
+UPDATE stage_jobs AS j
+SET lease_expires_at = coalesce($4, now()) + make_interval(secs => $3)
+FROM unnest($1::bigint[], $2::uuid[]) AS held (id, token)
+WHERE j.id = held.id AND j.lease_token = held.token AND j.state = 'running'
+RETURNING j.id;
+
+-- name: check_lease
+-- Lock a job's row if its lease still holds (guards intermediate checkpoints).
+-- $1 job id, $2 lease token
+SELECT id FROM stage_jobs
+WHERE id = $1 AND lease_token = $2 AND state = 'running'
+FOR UPDATE;
+
+-- name: complete_job
+-- Mark a held job succeeded, enqueue the next stage and move the document on, in one go.
+-- A lost token matches no row, so nothing below it happens either.
+-- $1 job id, $2 lease token, $3 next stage (NULL: this was the last stage), $4 now
+WITH done AS (
+    UPDATE stage_jobs
+    SET state = 'succeeded', finished_at = coalesce($4, now()), lease_expires_at = NULL
+    WHERE id = $1 AND lease_token = $2 AND state = 'running'
+    RETURNING document_id, generation, max_attempts, priority
+), next_job AS (
+    INSERT INTO stage_jobs (document_id, stage, generation, max_attempts, priority, run_after)
+    SELECT document_id, $3, generation, max_attempts, priority, coalesce($4, now())
+    FROM done
+    WHERE $3::text IS NOT NULL
+    -- The live-job index makes a duplicate enqueue (e.g. a concurrent reprocess) a no-op.
+    ON CONFLICT (document_id, stage) WHERE state IN ('queued', 'running') DO NOTHING
+    RETURNING stage
+), doc AS (
+    UPDATE documents AS d
+    SET status = CASE WHEN $3::text IS NULL THEN 'ready' ELSE 'processing' END::ragline_document_status,
+        stage = coalesce($3::text, d.stage),
+        error = NULL,
+        updated_at = coalesce($4, now())
+    FROM done
+    -- An older generation never moves the document: reprocess cancelled it anyway.
+    WHERE d.id = done.document_id AND d.generation = done.generation
+    RETURNING d.id
+)
+SELECT (SELECT count(*) FROM done) AS held,
+       -- NOTIFY is transactional: idle workers of the next stage wake at commit.
+       (SELECT count(pg_notify('ragline_jobs', stage)) FROM next_job) AS enqueued;
+
+-- name: retry_or_fail_job
+-- Record a failed attempt: requeue after a delay, or fail the job (permanent error, or
+-- attempts exhausted) and with it the document, naming the stage.
+-- $1 job id, $2 lease token, $3 one-line error, $4 error kind, $5 permanent,
+-- $6 delay seconds, $7 now
+WITH failed AS (
+    UPDATE stage_jobs
+    SET state = CASE WHEN $5 OR attempts >= max_attempts THEN 'failed' ELSE 'queued' END
+                ::ragline_job_state,
+        run_after = coalesce($7, now()) + make_interval(secs => $6),
+        last_error = $3,
+        error_kind = $4,
+        lease_token = NULL,
+        lease_expires_at = NULL,
+        finished_at = CASE WHEN $5 OR attempts >= max_attempts THEN coalesce($7, now()) END
+    WHERE id = $1 AND lease_token = $2 AND state = 'running'
+    RETURNING document_id, stage, generation, state, attempts
+), doc AS (
+    UPDATE documents AS d
+    SET status = 'failed', error = failed.stage || ': ' || $3, updated_at = coalesce($7, now())
+    FROM failed
+    WHERE failed.state = 'failed' AND d.id = failed.document_id
+      AND d.generation = failed.generation
+    RETURNING d.id
+)
+SELECT state, attempts FROM failed;
+
+-- name: release_job
+-- Hand a held job back without counting the attempt: graceful stop (delay 0) or a
+-- rate-limit snooze (delay = Retry-After). Token-guarded.
+-- $1 job id, $2 lease token, $3 delay seconds, $4 note (NULL keeps last_error), $5 kind, $6 now
+WITH released AS (
+    UPDATE stage_jobs
+    SET state = 'queued',
+        attempts = greatest(attempts - 1, 0),
+        run_after = coalesce($6, now()) + make_interval(secs => $3),
+        last_error = coalesce($4, last_error),
+        error_kind = coalesce($5, error_kind),
+        lease_token = NULL,
+        lease_expires_at = NULL
+    WHERE id = $1 AND lease_token = $2 AND state = 'running'
+    RETURNING stage
+)
+SELECT count(pg_notify('ragline_jobs', stage)) AS released FROM released;
+
+-- name: rescue_expired
+-- Requeue up to $2 jobs whose lease expired (their worker is gone). The attempt counts,
+-- so a document that kills its worker every time ends failed instead of looping.
+-- $1 now, $2 limit
+WITH expired AS (
+    SELECT id
+    FROM stage_jobs
+    WHERE state = 'running' AND lease_expires_at < coalesce($1, now())
+    ORDER BY lease_expires_at
+    LIMIT $2
+    -- Several workers sweep at once: each takes different rows.
+    FOR UPDATE SKIP LOCKED
+), rescued AS (
+    UPDATE stage_jobs AS j
+    SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END
+                ::ragline_job_state,
+        lost = j.lost + 1,
+        last_error = format('worker lost %s times (lease of %s expired)', j.lost + 1,
+                            j.lease_owner),
+        error_kind = 'worker_lost',
+        lease_token = NULL,
+        lease_expires_at = NULL,
+        run_after = coalesce($1, now()),
+        finished_at = CASE WHEN j.attempts >= j.max_attempts THEN coalesce($1, now()) END
+    FROM expired
+    WHERE j.id = expired.id
+    RETURNING j.id, j.document_id, j.stage, j.generation, j.state, j.last_error
+), doc AS (
+    UPDATE documents AS d
+    SET status = 'failed', error = rescued.stage || ': ' || rescued.last_error,
+        updated_at = coalesce($1, now())
+    FROM rescued
+    WHERE rescued.state = 'failed' AND d.id = rescued.document_id
+      AND d.generation = rescued.generation
+    RETURNING d.id
+)
+SELECT r.id, r.document_id, r.stage, r.state::text AS state, r.last_error,
+       -- Uncorrelated, so evaluated once: wake the stages that got work back.
+       (SELECT count(pg_notify('ragline_jobs', s.stage))
+        FROM (SELECT DISTINCT stage FROM rescued WHERE state = 'queued') AS s) AS notified
+FROM rescued AS r;
+
+-- name: enqueue_jobs
+-- Enqueue jobs; one already live for the same (document, stage) is left as it is.
+-- $1 document ids, $2 stages, $3 generations, $4 priorities, $5 max attempts, $6 now
+WITH added AS (
+    INSERT INTO stage_jobs (document_id, stage, generation, priority, max_attempts, run_after)
+    SELECT * , coalesce($6, now())
+    FROM unnest($1::uuid[], $2::text[], $3::int[], $4::int[], $5::int[])
+    ON CONFLICT (document_id, stage) WHERE state IN ('queued', 'running') DO NOTHING
+    RETURNING id, stage
+), woken AS (
+    SELECT DISTINCT stage FROM added
+)
+SELECT (SELECT count(*) FROM added) AS added,
+       (SELECT count(pg_notify('ragline_jobs', stage)) FROM woken) AS notified;
+
+-- name: cancel_document_jobs
+-- Cancel a document's live jobs of generations before $2 (reprocess, delete).
+-- $1 document id, $2 generation
+UPDATE stage_jobs
+SET state = 'cancelled', finished_at = now(), lease_token = NULL, lease_expires_at = NULL
+WHERE document_id = $1 AND generation < $2 AND state IN ('queued', 'running')
+RETURNING id;
+
+-- name: count_live_jobs
+-- How many jobs of these stages are queued or running (any run_after).
+-- $1 stages
+SELECT count(*) FROM stage_jobs WHERE stage = ANY($1::text[]) AND state IN ('queued', 'running');
+
+-- name: get_job
+-- One job in full.
+-- $1 job id
+SELECT id, document_id, stage, generation, state::text AS state, attempts, max_attempts, lost,
+       priority, run_after, lease_owner, lease_token, lease_expires_at, last_error,
+       error_kind, created_at, started_at, finished_at
+FROM stage_jobs WHERE id = $1;
+
+-- name: document_jobs
+-- A document's jobs, oldest first (its timeline).
+-- $1 document id
+SELECT id, document_id, stage, generation, state::text AS state, attempts, max_attempts, lost,
+       priority, run_after, lease_owner, lease_token, lease_expires_at, last_error,
+       error_kind, created_at, started_at, finished_at
+FROM stage_jobs WHERE document_id = $1 ORDER BY id;

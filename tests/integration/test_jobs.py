@@ -1,0 +1,323 @@
+"""Every transition of a job's life, against a real PostgreSQL (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import anyio
+import asyncpg
+import pytest
+
+from runtime.backoff import retry_delay_s
+from runtime.documents import DocumentRepository
+from runtime.models import DocumentStatus, Failure, Job, JobState, NewDocument
+from runtime.repository import JobRepository
+
+pytestmark = pytest.mark.anyio
+
+LEASE_S = 30.0
+
+
+@pytest.fixture
+async def pool(dsn: str) -> AsyncIterator[asyncpg.Pool[Any]]:
+    async with asyncpg.create_pool(dsn, min_size=1, max_size=8) as p:
+        yield p
+
+
+@pytest.fixture
+def repo(pool: asyncpg.Pool[Any]) -> JobRepository:
+    return JobRepository(pool)
+
+
+@pytest.fixture
+def docs(pool: asyncpg.Pool[Any]) -> DocumentRepository:
+    return DocumentRepository(pool)
+
+
+def new_doc(name: str = "a.pdf") -> NewDocument:
+    return NewDocument(
+        filename=name, media_type="application/pdf", byte_size=3, sha256=uuid.uuid4().hex
+    )
+
+
+async def submit(docs: DocumentRepository, stage: str = "parse") -> uuid.UUID:
+    return (await docs.submit(new_doc(), stage)).document_id
+
+
+async def claim_one(repo: JobRepository, stage: str = "parse", **kw: Any) -> Job:
+    jobs = await repo.claim(stage, "test:1:w", 1, LEASE_S, **kw)
+    assert len(jobs) == 1
+    return jobs[0]
+
+
+async def test_submit_is_atomic_and_dedupes(docs: DocumentRepository, repo: JobRepository) -> None:
+    doc = new_doc()
+    first = await docs.submit(doc, "parse")
+    again = await docs.submit(NewDocument(**{**_fields(doc), "id": uuid.uuid4()}), "parse")
+    forced = await docs.submit(
+        NewDocument(**{**_fields(doc), "id": uuid.uuid4(), "forced": True}), "parse"
+    )
+    assert first.created and not again.created and forced.created
+    assert again.document_id == first.document_id != forced.document_id
+    jobs = await repo.document_jobs(first.document_id)
+    assert [(j.stage, j.state, j.generation) for j in jobs] == [("parse", JobState.QUEUED, 1)]
+
+
+def _fields(doc: NewDocument) -> dict[str, Any]:
+    return {f: getattr(doc, f) for f in doc.__struct_fields__}
+
+
+async def test_submit_inside_callers_transaction_rolls_back(
+    pool: asyncpg.Pool[Any], docs: DocumentRepository, repo: JobRepository
+) -> None:
+    doc = new_doc()
+    async with pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        await docs.submit(doc, "parse", conn=conn)
+        await tx.rollback()
+    assert await docs.get(doc.id) is None
+    assert await repo.count_live(["parse"]) == 0
+
+
+async def test_claim_sets_lease_and_counts_attempt(
+    docs: DocumentRepository, repo: JobRepository
+) -> None:
+    doc_id = await submit(docs)
+    job = await claim_one(repo)
+    row = await repo.get_job(job.id)
+    assert row is not None
+    assert row.state == JobState.RUNNING and row.attempts == 1
+    assert row.lease_owner == "test:1:w" and row.lease_token == job.lease_token
+    assert job.document_id == doc_id and job.filename == "a.pdf"
+    assert await repo.claim("parse", "test:2:w", 5, LEASE_S) == []  # nothing left
+
+
+async def test_claim_takes_no_more_than_free_slots(
+    docs: DocumentRepository, repo: JobRepository
+) -> None:
+    for _ in range(5):
+        await submit(docs)
+    assert len(await repo.claim("parse", "w", 3, LEASE_S)) == 3
+    assert len(await repo.claim("parse", "w", 3, LEASE_S)) == 2
+
+
+async def test_claim_respects_run_after_and_stage(
+    docs: DocumentRepository, repo: JobRepository
+) -> None:
+    await submit(docs, stage="embed")
+    assert await repo.claim("parse", "w", 5, LEASE_S) == []
+    past = datetime.now().astimezone() - timedelta(hours=1)
+    assert await repo.claim("embed", "w", 5, LEASE_S, now=past) == []  # not due yet
+    assert len(await repo.claim("embed", "w", 5, LEASE_S)) == 1
+
+
+async def test_concurrent_claimers_never_share_a_job(
+    docs: DocumentRepository, pool: asyncpg.Pool[Any]
+) -> None:
+    for _ in range(60):
+        await submit(docs)
+    seen: list[int] = []
+
+    async def claimer(n: int) -> None:
+        repo = JobRepository(pool)
+        while jobs := await repo.claim("parse", f"w{n}", 2, LEASE_S):
+            seen.extend(j.id for j in jobs)
+
+    async with anyio.create_task_group() as tg:
+        for n in range(6):
+            tg.start_soon(claimer, n)
+    assert len(seen) == 60 and len(set(seen)) == 60
+
+
+async def test_complete_advances_document_and_enqueues_next(
+    docs: DocumentRepository, repo: JobRepository
+) -> None:
+    doc_id = await submit(docs)
+    job = await claim_one(repo)
+    assert await repo.complete(job, "chunk")
+    doc = await docs.get(doc_id)
+    assert doc is not None and doc.status == DocumentStatus.PROCESSING and doc.stage == "chunk"
+    states = [(j.stage, j.state) for j in await repo.document_jobs(doc_id)]
+    assert states == [("parse", JobState.SUCCEEDED), ("chunk", JobState.QUEUED)]
+    last = await claim_one(repo, "chunk")
+    assert await repo.complete(last, None)
+    doc = await docs.get(doc_id)
+    assert doc is not None and doc.status == DocumentStatus.READY
+
+
+async def test_lost_lease_commits_nothing(
+    docs: DocumentRepository, repo: JobRepository, pool: asyncpg.Pool[Any]
+) -> None:
+    doc_id = await submit(docs)
+    stale = await claim_one(repo)
+    # The lease expires and the sweep hands the job to another worker: new token.
+    later = datetime.now().astimezone() + timedelta(seconds=LEASE_S + 1)
+    await repo.rescue_expired(now=later)
+    fresh = await claim_one(repo, now=later)
+    assert fresh.lease_token != stale.lease_token
+    wrote: list[bool] = []
+
+    async def write(conn: asyncpg.Connection[Any]) -> None:
+        wrote.append(True)
+
+    assert not await repo.complete(stale, "chunk", write)
+    assert await repo.retry_or_fail(stale, Failure(message="x", kind="e", permanent=True), 0) is None
+    assert not await repo.release(stale)
+    assert wrote == []
+    assert [j.stage for j in await repo.document_jobs(doc_id)] == ["parse"]
+    assert await repo.complete(fresh, "chunk", write)
+    assert wrote == [True]
+
+
+async def test_writer_runs_in_the_completion_transaction(
+    docs: DocumentRepository, repo: JobRepository, pool: asyncpg.Pool[Any]
+) -> None:
+    doc_id = await submit(docs)
+    job = await claim_one(repo)
+
+    async def write(conn: asyncpg.Connection[Any]) -> None:
+        await conn.execute(
+            "INSERT INTO test_effects (document_id, stage, job_id, pid) VALUES ($1,'parse',$2,0)",
+            doc_id, job.id,
+        )
+        raise RuntimeError("writer broke")
+
+    with pytest.raises(RuntimeError):
+        await repo.complete(job, "chunk", write)
+    assert await pool.fetchval("SELECT count(*) FROM test_effects") == 0
+    row = await repo.get_job(job.id)
+    assert row is not None and row.state == JobState.RUNNING  # rolled back as a whole
+    assert await repo.count_live(["chunk"]) == 0
+
+
+async def test_transient_failure_requeues_with_delay(
+    docs: DocumentRepository, repo: JobRepository
+) -> None:
+    await submit(docs)
+    job = await claim_one(repo)
+    failure = Failure(message="HTTP 503", kind="transient", permanent=False)
+    assert await repo.retry_or_fail(job, failure, 120.0) is JobState.QUEUED
+    row = await repo.get_job(job.id)
+    assert row is not None and row.last_error == "HTTP 503" and row.lease_token is None
+    assert await repo.claim("parse", "w", 1, LEASE_S) == []  # backing off
+    later = datetime.now().astimezone() + timedelta(seconds=121)
+    again = await repo.claim("parse", "w", 1, LEASE_S, now=later)
+    assert len(again) == 1 and again[0].attempts == 2
+
+
+async def test_permanent_failure_fails_document_at_once(
+    docs: DocumentRepository, repo: JobRepository
+) -> None:
+    doc_id = await submit(docs)
+    job = await claim_one(repo)
+    failure = Failure(message="encrypted PDF", kind="invalid_document", permanent=True)
+    assert await repo.retry_or_fail(job, failure, 0) is JobState.FAILED
+    doc = await docs.get(doc_id)
+    assert doc is not None and doc.status == DocumentStatus.FAILED
+    assert doc.error == "parse: encrypted PDF"
+    assert await repo.count_live(["parse"]) == 0
+
+
+async def test_exhausted_attempts_fail_document_with_stage_and_reason(
+    docs: DocumentRepository, repo: JobRepository
+) -> None:
+    doc_id = await submit(docs)
+    failure = Failure(message="HTTP 500 from cohere", kind="transient", permanent=False)
+    states = []
+    for _ in range(3):
+        job = await claim_one(repo)
+        states.append(await repo.retry_or_fail(job, failure, 0))
+    assert states == [JobState.QUEUED, JobState.QUEUED, JobState.FAILED]
+    doc = await docs.get(doc_id)
+    assert doc is not None and doc.error == "parse: HTTP 500 from cohere"
+
+
+async def test_release_does_not_count_attempt(
+    docs: DocumentRepository, repo: JobRepository
+) -> None:
+    await submit(docs)
+    job = await claim_one(repo)
+    assert await repo.release(job)
+    again = await claim_one(repo)
+    assert again.attempts == 1 and again.id == job.id
+
+
+async def test_heartbeat_renews_only_held_leases(
+    docs: DocumentRepository, repo: JobRepository
+) -> None:
+    await submit(docs)
+    await submit(docs)
+    a, b = await repo.claim("parse", "w", 2, LEASE_S)
+    before = (await repo.get_job(a.id)).lease_expires_at  # type: ignore[union-attr]
+    forged = (b.id, uuid.uuid4())
+    held = await repo.heartbeat([(a.id, a.lease_token), forged], LEASE_S * 2)
+    assert held == {a.id}
+    after = (await repo.get_job(a.id)).lease_expires_at  # type: ignore[union-attr]
+    assert before is not None and after is not None and after > before
+
+
+async def test_sweep_requeues_expired_and_fails_exhausted(
+    docs: DocumentRepository, repo: JobRepository
+) -> None:
+    doc_id = await submit(docs)
+    future = datetime.now().astimezone()
+    for n in range(3):
+        job = await claim_one(repo, now=future)
+        future += timedelta(seconds=LEASE_S + 1)
+        # Nothing expired yet at the claim time itself: the sweep is a no-op.
+        assert await repo.rescue_expired(now=future - timedelta(seconds=LEASE_S)) == []
+        rescued = await repo.rescue_expired(now=future)
+        assert [r.id for r in rescued] == [job.id]
+    assert rescued[0].state is JobState.FAILED
+    doc = await docs.get(doc_id)
+    assert doc is not None and doc.status == DocumentStatus.FAILED
+    assert doc.error is not None and doc.error.startswith("parse: worker lost 3 times")
+    assert n == 2
+
+
+async def test_reprocess_cancels_old_generation(
+    docs: DocumentRepository, repo: JobRepository
+) -> None:
+    doc_id = await submit(docs)
+    old = await claim_one(repo)
+    assert await docs.reprocess(doc_id, "chunk") == 2
+    assert not await repo.complete(old, "chunk")  # cancelled under it
+    jobs = await repo.document_jobs(doc_id)
+    assert [(j.stage, j.state, j.generation) for j in jobs] == [
+        ("parse", JobState.CANCELLED, 1),
+        ("chunk", JobState.QUEUED, 2),
+    ]
+    doc = await docs.get(doc_id)
+    assert doc is not None and doc.generation == 2 and doc.stage == "chunk"
+
+
+async def test_enqueue_is_idempotent_per_live_stage(
+    docs: DocumentRepository, repo: JobRepository
+) -> None:
+    from runtime.models import NewJob
+
+    doc_id = await submit(docs)
+    assert await repo.enqueue([NewJob(document_id=doc_id, stage="parse")]) == 0
+    assert await repo.enqueue([NewJob(document_id=doc_id, stage="chunk")]) == 1
+
+
+def test_backoff_bounds_and_jitter() -> None:
+    rng = random.Random(7)
+    for attempt in range(1, 12):
+        ceiling = min(2.0 * 2 ** (attempt - 1), 300.0)
+        delays = [retry_delay_s(attempt, base_s=2.0, rng=rng) for _ in range(200)]
+        assert all(ceiling / 2 <= d <= ceiling for d in delays)
+        assert len({round(d, 6) for d in delays}) > 150  # jittered, not constant
+    assert retry_delay_s(40) <= 300.0
+
+
+def test_backoff_honours_retry_after() -> None:
+    assert retry_delay_s(1, base_s=1.0, retry_after_s=30.0) == 30.0
+    assert retry_delay_s(1, base_s=1.0, retry_after_s=10_000.0) == 300.0  # capped
+    with pytest.raises(ValueError):
+        retry_delay_s(0)

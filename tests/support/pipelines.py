@@ -1,0 +1,110 @@
+"""Test pipelines: the five stage names of the real pipeline, with scripted behaviour.
+
+Each stage's output is written to ``test_effects`` inside the completion transaction, so a
+test can count how many times a stage's effect was committed per document. Behaviour comes
+from the constructor (in-process tests) or from ``RAGLINE_TEST_*`` variables (subprocess
+workers started with ``--pipeline tests.support.pipelines:plugin``):
+
+- ``RAGLINE_TEST_SLEEP="chunk=30,embed=0.5"``: seconds a stage's process() takes;
+- ``RAGLINE_TEST_FAIL="chunk=permanent"`` (or ``transient``, ``ratelimit:2``): raise;
+- ``RAGLINE_TEST_NOOP=1``: stages return None (no writer, for benchmarks).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import asyncpg
+
+from runtime.errors import PermanentError, RateLimited, TransientError
+from runtime.models import Job
+from runtime.plugin import BuildContext, Plugin
+from runtime.stage import JobContext, Pipeline
+
+STAGES = ("parse", "chunk", "vision", "embed", "index")
+
+EFFECTS_DDL = """
+CREATE TABLE IF NOT EXISTS test_effects (
+    id          bigserial PRIMARY KEY,
+    document_id uuid NOT NULL,
+    stage       text NOT NULL,
+    job_id      bigint NOT NULL,
+    pid         integer NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+class ScriptedStage:
+    def __init__(
+        self,
+        name: str,
+        *,
+        sleep_s: float = 0.0,
+        fail: str | None = None,
+        noop: bool = False,
+    ) -> None:
+        self.name = name
+        self.sleep_s = sleep_s
+        self.fail = fail
+        self.noop = noop
+        self.calls = 0
+        self.failed_jobs: list[int] = []
+
+    async def process(self, ctx: JobContext) -> Any:
+        self.calls += 1
+        if self.sleep_s:
+            await anyio.sleep(self.sleep_s)
+        if self.fail:
+            raise_scripted(self.fail, ctx.job)
+        return None if self.noop else os.getpid()
+
+    async def write(self, conn: asyncpg.Connection[Any], job: Job, output: Any) -> None:
+        await conn.execute(
+            "INSERT INTO test_effects (document_id, stage, job_id, pid) VALUES ($1, $2, $3, $4)",
+            job.document_id,
+            job.stage,
+            job.id,
+            int(output),
+        )
+
+    async def on_failed(self, job: Job) -> None:
+        self.failed_jobs.append(job.id)
+
+
+def raise_scripted(kind: str, job: Job) -> None:
+    what, _, arg = kind.partition(":")
+    if what == "permanent":
+        raise PermanentError(f"scripted permanent failure of {job.stage}")
+    if what == "ratelimit":
+        raise RateLimited("scripted 429", retry_after_s=float(arg or 1))
+    if what == "transient":
+        raise TransientError("scripted transient failure", retry_after_s=float(arg) if arg else None)
+    if what == "crash":
+        raise ValueError("scripted bug")
+
+
+def parse_map(text: str) -> dict[str, str]:
+    return dict(p.split("=", 1) for p in text.split(",") if "=" in p)
+
+
+def build(ctx: BuildContext) -> Pipeline:
+    return pipeline_from_env(ctx.env)
+
+
+def pipeline_from_env(env: Mapping[str, str]) -> Pipeline:
+    sleeps = parse_map(env.get("RAGLINE_TEST_SLEEP", ""))
+    fails = parse_map(env.get("RAGLINE_TEST_FAIL", ""))
+    noop = env.get("RAGLINE_TEST_NOOP") == "1"
+    return Pipeline(
+        stages=[
+            ScriptedStage(s, sleep_s=float(sleeps.get(s, 0)), fail=fails.get(s), noop=noop)
+            for s in STAGES
+        ]
+    )
+
+
+plugin = Plugin(stage_names=STAGES, build=build)
