@@ -153,6 +153,8 @@ def env_option(*decls: str, envvar: str, **kwargs: Any) -> Callable[[T], T]:
             help="On SIGTERM/SIGINT, seconds in-flight jobs get before they are released.")
 @env_option("--retry-base", "retry_base_s", envvar="RAGLINE_RETRY_BASE_S", default=2.0,
             type=float, help="First retry delay in seconds; doubles per attempt, capped at 300.")
+@env_option("--rescue-every", "rescue_every_s", envvar="RAGLINE_RESCUE_S", default=5.0,
+            type=float, help="Seconds between sweeps for expired leases (every worker sweeps).")
 @env_option("--exit-when-idle", envvar="RAGLINE_EXIT_WHEN_IDLE", is_flag=True, default=False,
             help="Worker mode: exit once no job of these stages is queued or running.")
 @env_option("--metrics-port", envvar="RAGLINE_METRICS_PORT", default=0, type=int,
@@ -186,6 +188,7 @@ def worker_config(app: App, opts: Mapping[str, Any], **overrides: Any) -> Worker
         "poll_s": opts["poll_s"],
         "grace_s": opts["grace_s"],
         "retry_base_s": opts["retry_base_s"],
+        "rescue_every_s": opts["rescue_every_s"],
         "exit_when_idle": opts["exit_when_idle"],
         "handle_signals": True,
     }

@@ -11,6 +11,9 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     TimeoutError,
     asyncpg.InterfaceError,
+    # asyncpg can leave a connection in a broken state when its backend is terminated
+    # mid-operation (MagicStack/asyncpg#1069); the pool must drop it, so count it here.
+    asyncpg.InternalClientError,
     asyncpg.PostgresConnectionError,
     asyncpg.exceptions.OperatorInterventionError,
     asyncpg.exceptions.TooManyConnectionsError,

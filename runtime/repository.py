@@ -78,16 +78,20 @@ class JobRepository:
         write: Writer | None = None,
         now: datetime | None = None,
     ) -> bool:
-        """Finish a job as one transaction; False (and nothing written) if the lease is lost."""
+        """Finish a job as one transaction; False (and nothing written) if the lease is lost.
+
+        Idempotent for its caller: retried after a lost reply, it returns True again.
+        """
         args = (Q["complete_job"], job.id, job.lease_token, next_stage, now)
         if write is None:
             row = await self.pool.fetchrow(*args)
-            return bool(row and row["held"])
+            return bool(row and (row["held"] or row["already"]))
         async with self.pool.acquire() as conn, conn.transaction():
             row = await conn.fetchrow(*args)
             if not (row and row["held"]):
-                # Nothing changed yet; leaving the block commits an empty transaction.
-                return False
+                # Nothing changed; leaving the block commits an empty transaction. "already"
+                # means our own earlier commit went through and only its reply was lost.
+                return bool(row and row["already"])
             await write(conn)
             return True
 

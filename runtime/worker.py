@@ -110,6 +110,8 @@ class InFlight:
         self.renewed_at = time.monotonic()
         self.started_at = self.renewed_at
         self.lost = False
+        #: process() returned; the outcome is being written (its lease is still renewed).
+        self.settling = False
 
     def lose(self) -> None:
         self.lost = True
@@ -232,7 +234,7 @@ class Worker:
                 await self.repo.register_worker(self.id, self.config.stages)
                 return
             except CONNECTION_ERRORS as exc:
-                self._db_error("register", exc)
+                await self._db_error("register", exc)
                 await anyio.sleep(reconnect.next_s())
 
     def _start_side_tasks(self, side: anyio.abc.TaskGroup) -> None:
@@ -284,7 +286,7 @@ class Worker:
                     )
                     reconnect.reset()
                 except CONNECTION_ERRORS as exc:
-                    self._db_error("claim", exc)
+                    await self._db_error("claim", exc)
                     await anyio.sleep(reconnect.next_s())
                     continue
             for job in claimed:
@@ -304,7 +306,7 @@ class Worker:
             try:
                 live = await self.repo.count_live(self.config.stages)
             except CONNECTION_ERRORS as exc:
-                self._db_error("idle check", exc)
+                await self._db_error("idle check", exc)
                 continue
             if live == 0 and not self.inflight:
                 self.log.info("no work left for stages %s; exiting", ",".join(self.config.stages))
@@ -319,6 +321,7 @@ class Worker:
         jlog.debug("claimed (attempt %d/%d)", job.attempts, job.max_attempts)
         try:
             outcome = await self._execute(flight)
+            flight.settling = True
             with anyio.CancelScope(shield=True):
                 await self._settle(flight, outcome, jlog)
         finally:
@@ -335,13 +338,13 @@ class Worker:
             except LeaseLost:
                 return Lost()
             except Exception as exc:
-                return self._classify(exc)
+                return await self._classify(exc)
         return Lost() if flight.lost else Shutdown()
 
-    def _classify(self, exc: Exception) -> Failure:
+    async def _classify(self, exc: Exception) -> Failure:
         if isinstance(exc, CONNECTION_ERRORS) and not isinstance(exc, StageError):
             # Our database blinked: not the document's fault. Hand the job back.
-            self._db_error("stage", exc)
+            await self._db_error("stage", exc)
             return Failure(message=one_line(f"database: {exc}"), kind="database",
                            permanent=False, retry_after_s=1.0)
         return failure_of(exc)
@@ -357,7 +360,7 @@ class Worker:
                 await self._write_outcome(flight, outcome, jlog)
                 return
             except CONNECTION_ERRORS as exc:
-                self._db_error("settle", exc)
+                await self._db_error("settle", exc)
                 if time.monotonic() + reconnect.first_s >= deadline:
                     jlog.warning("could not record outcome before the lease ran out; "
                                  "the sweep will requeue the job")
@@ -458,13 +461,13 @@ class Worker:
                 self.clock.db_now(),
             )
         except CONNECTION_ERRORS as exc:
-            self._db_error("heartbeat", exc)
+            await self._db_error("heartbeat", exc)
             self._lose_unconfirmed(flights)
             return
         for flight in flights:
             if flight.job.id in held:
                 flight.renewed_at = asked_at
-            else:
+            elif not flight.settling:  # a settling job may just have completed
                 self._job_log(flight.job).warning("lease lost (heartbeat); cancelling the job")
                 flight.lose()
 
@@ -473,7 +476,7 @@ class Worker:
         # next heartbeat could renew it (another worker may already hold it by then).
         horizon = time.monotonic() + self.config.heartbeat_every_s
         for flight in flights:
-            if flight.renewed_at + self.config.lease_s <= horizon:
+            if flight.renewed_at + self.config.lease_s <= horizon and not flight.settling:
                 self._job_log(flight.job).warning("lease cannot be renewed; cancelling the job")
                 flight.lose()
 
@@ -483,7 +486,7 @@ class Worker:
             try:
                 await self._listen_once(reconnect)
             except CONNECTION_ERRORS as exc:
-                self._db_error("listen", exc)
+                await self._db_error("listen", exc)
             await anyio.sleep(reconnect.next_s())
 
     async def _listen_once(self, reconnect: Reconnect) -> None:
@@ -529,8 +532,12 @@ class Worker:
              "attempt": job.attempts},
         )
 
-    def _db_error(self, where: str, exc: BaseException) -> None:
+    async def _db_error(self, where: str, exc: BaseException) -> None:
         metrics.DB_ERRORS.labels(where).inc()
+        if self._repo is not None:
+            # Connections opened before the failure may be half-dead: replace them all on
+            # their next use instead of finding out one query at a time.
+            await self._repo.pool.expire_connections()
         self.log.warning("database unavailable (%s): %s", where, one_line(f"{type(exc).__name__}: {exc}"))
 
 

@@ -74,7 +74,11 @@ WITH done AS (
 )
 SELECT (SELECT count(*) FROM done) AS held,
        -- NOTIFY is transactional: idle workers of the next stage wake at commit.
-       (SELECT count(pg_notify('ragline_jobs', stage)) FROM next_job) AS enqueued;
+       (SELECT count(pg_notify('ragline_jobs', stage)) FROM next_job) AS enqueued,
+       -- Sees the snapshot before this statement: true only when an earlier call with
+       -- this token committed (its reply was lost with the connection), so a retry knows.
+       EXISTS (SELECT 1 FROM stage_jobs
+               WHERE id = $1 AND lease_token = $2 AND state = 'succeeded') AS already;
 
 -- name: retry_or_fail_job
 -- Record a failed attempt: requeue after a delay, or fail the job (permanent error, or

@@ -1,0 +1,149 @@
+"""Crash recovery for real: worker subprocesses SIGKILLed, SIGSTOPped past their lease,
+SIGTERMed mid-job, and cut off from PostgreSQL. Nothing is lost, nothing done twice."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from runtime.documents import DocumentRepository
+from runtime.models import NewDocument
+from tests.support.procs import WorkerProcess, wait_for, workers
+
+Start = Callable[..., WorkerProcess]
+
+
+def sql(dsn: str, query: str, *args: Any) -> list[asyncpg.Record]:
+    async def go() -> list[asyncpg.Record]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return await conn.fetch(query, *args)
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
+
+
+def submit(dsn: str, n: int, stage: str = "parse") -> list[uuid.UUID]:
+    async def go() -> list[uuid.UUID]:
+        async with asyncpg.create_pool(dsn, min_size=1, max_size=2) as pool:
+            docs = DocumentRepository(pool)
+            out = []
+            for i in range(n):
+                new = NewDocument(filename=f"doc{i}.pdf", media_type="application/pdf",
+                                  byte_size=1, sha256=uuid.uuid4().hex)
+                out.append((await docs.submit(new, stage)).document_id)
+            return out
+
+    return asyncio.run(go())
+
+
+def job_state(dsn: str, stage: str) -> tuple[str, int, int]:
+    [row] = sql(dsn, "SELECT state::text, attempts, lost FROM stage_jobs WHERE stage = $1", stage)
+    return row[0], row[1], row[2]
+
+
+def effects(dsn: str) -> list[tuple[str, int]]:
+    return [(r[0], r[1]) for r in sql(dsn, "SELECT stage, pid FROM test_effects ORDER BY id")]
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator[Start]:
+    with workers(tmp_path) as factory:
+        yield factory
+
+
+FAST = ("--lease", "1.5", "--heartbeat", "0.4", "--rescue-every", "0.3", "--poll", "0.2")
+
+
+def test_sigkill_mid_job_another_worker_finishes_once(dsn: str, start: Start) -> None:
+    submit(dsn, 1, stage="chunk")
+    doomed = start(dsn, "--stages", "chunk", *FAST, RAGLINE_TEST_SLEEP="chunk=60")
+    wait_for(lambda: job_state(dsn, "chunk")[0] == "running", what="the job to start")
+    doomed.signal(signal.SIGKILL)
+    doomed.wait()
+    rescuer = start(dsn, "--stages", "chunk", "--exit-when-idle", *FAST)
+    assert rescuer.wait(30) == 0, rescuer.output()
+    assert effects(dsn) == [("chunk", rescuer.pid)]
+    assert job_state(dsn, "chunk") == ("succeeded", 2, 1)
+    assert job_state(dsn, "vision") == ("queued", 0, 0)  # next stage enqueued once
+
+
+def test_sigstopped_worker_past_its_lease_commits_nothing(dsn: str, start: Start) -> None:
+    submit(dsn, 1, stage="chunk")
+    paused = start(dsn, "--stages", "chunk", *FAST, RAGLINE_TEST_SLEEP="chunk=2")
+    wait_for(lambda: job_state(dsn, "chunk")[0] == "running", what="the job to start")
+    paused.signal(signal.SIGSTOP)
+    try:
+        other = start(dsn, "--stages", "chunk", "--exit-when-idle", *FAST)
+        assert other.wait(30) == 0, other.output()
+        assert job_state(dsn, "chunk") == ("succeeded", 2, 1)
+    finally:
+        paused.signal(signal.SIGCONT)
+    # Awake again, the paused worker finishes its sleep and tries to commit: refused.
+    wait_for(lambda: "lease lost" in paused.output(), what="the paused worker to notice")
+    paused.signal(signal.SIGTERM)
+    assert paused.wait(30) == 0
+    assert effects(dsn) == [("chunk", other.pid)]
+    assert len(sql(dsn, "SELECT 1 FROM stage_jobs WHERE stage = 'vision'")) == 1
+
+
+def test_sigterm_releases_lease_for_another_worker_at_once(dsn: str, start: Start) -> None:
+    submit(dsn, 1, stage="embed")
+    # A long lease: the job must move on because it was released, not because it expired.
+    first = start(dsn, "--stages", "embed", "--lease", "120", "--grace", "0.3", "--poll", "0.2",
+                  RAGLINE_TEST_SLEEP="embed=60")
+    wait_for(lambda: job_state(dsn, "embed")[0] == "running", what="the job to start")
+    first.signal(signal.SIGTERM)
+    assert first.wait(20) == 0, first.output()
+    assert job_state(dsn, "embed") == ("queued", 0, 0)
+    began = time.monotonic()
+    second = start(dsn, "--stages", "embed", "--exit-when-idle", "--poll", "0.2")
+    assert second.wait(30) == 0, second.output()
+    assert time.monotonic() - began < 60  # far below the 120 s lease
+    assert effects(dsn) == [("embed", second.pid)]
+    assert job_state(dsn, "embed") == ("succeeded", 1, 0)
+
+
+def test_connections_killed_mid_run_worker_reconnects(dsn: str, start: Start) -> None:
+    ids = submit(dsn, 40)
+    worker = start(dsn, "--exit-when-idle", "--concurrency", "2", *FAST,
+                   RAGLINE_TEST_SLEEP="parse=0.02,chunk=0.02,vision=0.02,embed=0.02,index=0.02")
+    killed = 0
+    for threshold in (30, 80, 130):
+        wait_for(lambda t=threshold: len(effects(dsn)) >= t, what="progress")  # type: ignore[misc]
+        killed += len(sql(dsn, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                               "WHERE datname = current_database() AND pid <> pg_backend_pid()"))
+    assert killed >= 3, "the worker had no connections to kill"
+    assert worker.wait(60) == 0, worker.output()
+    assert "database unavailable" in worker.output() or "lease lost" in worker.output()
+    done = sql(dsn, "SELECT status::text, count(*) FROM documents GROUP BY 1")
+    assert [(r[0], r[1]) for r in done] == [("ready", len(ids))]
+    per_stage = sql(dsn, "SELECT document_id, stage, count(*) FROM test_effects GROUP BY 1, 2")
+    assert len(per_stage) == 5 * len(ids) and {r[2] for r in per_stage} == {1}
+
+
+def test_help_names_every_flag_and_its_variable(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "runtime", "--help"], capture_output=True,
+                         text=True, check=True, cwd=Path(__file__).resolve().parents[2]).stdout
+    for flag, var in [("--stages", "RAGLINE_STAGES"), ("--concurrency", "RAGLINE_CONCURRENCY"),
+                      ("--database-url", "DATABASE_URL"), ("--lease", "RAGLINE_LEASE_S"),
+                      ("--exit-when-idle", "RAGLINE_EXIT_WHEN_IDLE")]:
+        assert flag in out and var in out
+
+
+def test_unknown_stage_is_a_usage_error(dsn: str, start: Start) -> None:
+    proc = start(dsn, "--stages", "parse,bogus")
+    assert proc.wait(30) == 2
+    assert "unknown stage(s) bogus" in proc.output()

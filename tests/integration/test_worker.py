@@ -1,0 +1,217 @@
+"""The worker loop in-process, against a real PostgreSQL, with scripted test stages."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import asyncpg
+import pytest
+
+from runtime.documents import DocumentRepository
+from runtime.errors import LeaseLost
+from runtime.models import DocumentStatus, JobState, NewDocument
+from runtime.repository import JobRepository
+from runtime.stage import JobContext, Pipeline
+from runtime.worker import Context, Worker, WorkerConfig
+from tests.support.pipelines import STAGES, ScriptedStage
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def pool(dsn: str) -> AsyncIterator[asyncpg.Pool[Any]]:
+    async with asyncpg.create_pool(dsn, min_size=1, max_size=4) as p:
+        yield p
+
+
+async def submit_many(pool: asyncpg.Pool[Any], n: int, stage: str = "parse") -> list[uuid.UUID]:
+    docs = DocumentRepository(pool)
+    ids = []
+    for i in range(n):
+        doc = NewDocument(filename=f"d{i}.pdf", media_type="application/pdf", byte_size=1,
+                          sha256=uuid.uuid4().hex)
+        ids.append((await docs.submit(doc, stage)).document_id)
+    return ids
+
+
+def config(**kw: Any) -> WorkerConfig:
+    fields: dict[str, Any] = {
+        "stages": STAGES,
+        "concurrency": dict.fromkeys(STAGES, 3),
+        "lease_s": 10.0,
+        "poll_s": 0.2,
+        "retry_base_s": 0.05,
+        "exit_when_idle": True,
+    }
+    fields.update(kw)
+    return WorkerConfig(**fields)
+
+
+async def run(pipeline: Pipeline, dsn: str, cfg: WorkerConfig, timeout_s: float = 30) -> Worker:
+    worker = Worker(pipeline, dsn, cfg)
+    with anyio.fail_after(timeout_s):
+        await worker.run()
+    return worker
+
+
+async def effects(pool: asyncpg.Pool[Any]) -> dict[tuple[uuid.UUID, str], int]:
+    rows = await pool.fetch("SELECT document_id, stage, count(*) AS n FROM test_effects "
+                            "GROUP BY 1, 2")
+    return {(r["document_id"], r["stage"]): r["n"] for r in rows}
+
+
+async def test_pipeline_runs_every_stage_once(dsn: str, pool: asyncpg.Pool[Any]) -> None:
+    ids = await submit_many(pool, 12)
+    await run(Pipeline(stages=[ScriptedStage(s) for s in STAGES]), dsn, config())
+    docs = await DocumentRepository(pool).get_many(ids)
+    assert {d.status for d in docs} == {DocumentStatus.READY}
+    assert await effects(pool) == {(d, s): 1 for d in ids for s in STAGES}
+
+
+async def test_permanent_failure_fails_document_once(dsn: str, pool: asyncpg.Pool[Any]) -> None:
+    ids = await submit_many(pool, 2)
+    chunk = ScriptedStage("chunk", fail="permanent")
+    stages = [chunk if s == "chunk" else ScriptedStage(s) for s in STAGES]
+    await run(Pipeline(stages=stages), dsn, config())
+    docs = await DocumentRepository(pool).get_many(ids)
+    assert [d.status for d in docs] == [DocumentStatus.FAILED] * 2
+    assert docs[0].error == "chunk: scripted permanent failure of chunk"
+    assert chunk.calls == 2  # never retried
+    assert len(chunk.failed_jobs) == 2  # side effects undone
+    jobs = await JobRepository(pool).document_jobs(ids[0])
+    assert [(j.stage, j.state, j.attempts) for j in jobs] == [
+        ("parse", JobState.SUCCEEDED, 1),
+        ("chunk", JobState.FAILED, 1),
+    ]
+
+
+async def test_transient_failure_retries_until_exhausted(dsn: str, pool: asyncpg.Pool[Any]) -> None:
+    [doc] = await submit_many(pool, 1)
+    embed = ScriptedStage("embed", fail="transient")
+    stages = [embed if s == "embed" else ScriptedStage(s) for s in STAGES]
+    await run(Pipeline(stages=stages), dsn, config())
+    assert embed.calls == 3
+    got = await DocumentRepository(pool).get(doc)
+    assert got is not None and got.status == DocumentStatus.FAILED
+    assert got.error == "embed: scripted transient failure"
+
+
+async def test_unclassified_exception_is_retried_and_named(dsn: str, pool: asyncpg.Pool[Any]
+                                                           ) -> None:
+    [doc] = await submit_many(pool, 1, stage="index")
+    index = ScriptedStage("index", fail="crash")
+    stages = [index if s == "index" else ScriptedStage(s) for s in STAGES]
+    await run(Pipeline(stages=stages), dsn, config())
+    got = await DocumentRepository(pool).get(doc)
+    assert got is not None and got.error == "index: ValueError: scripted bug"
+    assert index.calls == 3
+
+
+async def test_rate_limit_snoozes_without_counting_attempts(dsn: str, pool: asyncpg.Pool[Any]
+                                                            ) -> None:
+    [doc] = await submit_many(pool, 1, stage="embed")
+
+    class FlakyEmbed(ScriptedStage):
+        async def process(self, ctx: JobContext) -> Any:
+            self.fail = "ratelimit:0.05" if self.calls < 5 else None
+            return await super().process(ctx)
+
+    embed = FlakyEmbed("embed")
+    stages = [embed if s == "embed" else ScriptedStage(s) for s in STAGES]
+    await run(Pipeline(stages=stages), dsn, config())
+    assert embed.calls == 6  # five 429s, more than max_attempts, and still fine
+    got = await DocumentRepository(pool).get(doc)
+    assert got is not None and got.status == DocumentStatus.READY
+    [embed_job] = [j for j in await JobRepository(pool).document_jobs(doc) if j.stage == "embed"]
+    assert embed_job.attempts == 1
+
+
+async def test_heartbeat_cancels_job_whose_lease_was_taken(dsn: str, pool: asyncpg.Pool[Any]
+                                                           ) -> None:
+    [doc] = await submit_many(pool, 1)
+    started = anyio.Event()
+
+    class Slow(ScriptedStage):
+        async def process(self, ctx: JobContext) -> Any:
+            started.set()
+            await anyio.sleep(30)
+            return 1
+
+    stages = [Slow("parse")] + [ScriptedStage(s) for s in STAGES[1:]]
+    worker = Worker(Pipeline(stages=stages), dsn, config(exit_when_idle=False, stages=("parse",)))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(10):
+            await started.wait()
+        # Another owner took the job (as after an expiry and a re-claim): new token.
+        await pool.execute("UPDATE stage_jobs SET lease_token = gen_random_uuid()")
+        with anyio.fail_after(10):
+            await worker.heartbeat_once()
+            while worker.inflight:
+                await anyio.sleep(0.01)
+        worker.stop()
+    assert await effects(pool) == {}
+    [job] = await JobRepository(pool).document_jobs(doc)
+    assert job.state == JobState.RUNNING  # still the other owner's
+
+
+async def test_checkpoint_refuses_after_lease_loss(dsn: str, pool: asyncpg.Pool[Any]) -> None:
+    await submit_many(pool, 1)
+    repo = JobRepository(pool)
+    [job] = await repo.claim("parse", "w", 1, 30)
+    ctx = Context(job, repo)
+    wrote: list[int] = []
+
+    async def write(conn: asyncpg.Connection[Any]) -> None:
+        wrote.append(1)
+
+    await ctx.checkpoint(write)
+    await pool.execute("UPDATE stage_jobs SET lease_token = gen_random_uuid()")
+    with pytest.raises(LeaseLost):
+        await ctx.checkpoint(write)
+    assert wrote == [1]
+
+
+async def test_stop_releases_inflight_jobs_after_grace(dsn: str, pool: asyncpg.Pool[Any]) -> None:
+    [doc] = await submit_many(pool, 1)
+    started = anyio.Event()
+
+    class Slow(ScriptedStage):
+        async def process(self, ctx: JobContext) -> Any:
+            started.set()
+            await anyio.sleep(60)
+            return 1
+
+    stages = [Slow("parse")] + [ScriptedStage(s) for s in STAGES[1:]]
+    worker = Worker(Pipeline(stages=stages), dsn,
+                    config(exit_when_idle=False, stages=("parse",), grace_s=0.1))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(10):
+            await started.wait()
+        worker.stop()
+    [job] = await JobRepository(pool).document_jobs(doc)
+    assert (job.state, job.attempts, job.lease_token) == (JobState.QUEUED, 0, None)
+
+
+async def test_worker_only_claims_its_stages(dsn: str, pool: asyncpg.Pool[Any]) -> None:
+    await submit_many(pool, 3)
+    at_embed = await submit_many(pool, 2, stage="embed")
+    await run(Pipeline(stages=[ScriptedStage(s) for s in STAGES]), dsn,
+              config(stages=("embed", "index"), concurrency={"embed": 2, "index": 2}))
+    assert await effects(pool) == {(d, s): 1 for d in at_embed for s in ("embed", "index")}
+    rows = await pool.fetch("SELECT stage, state::text AS state, count(*) AS n FROM stage_jobs "
+                            "WHERE stage = 'parse' GROUP BY 1, 2")
+    assert [(r["stage"], r["state"], r["n"]) for r in rows] == [("parse", "queued", 3)]
+
+
+async def test_config_validation() -> None:
+    from runtime.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError):
+        WorkerConfig(stages=("parse",), concurrency={"parse": 0})
+    with pytest.raises(ConfigurationError):
+        WorkerConfig(stages=("parse",), concurrency={"parse": 1}, lease_s=5, heartbeat_s=5)

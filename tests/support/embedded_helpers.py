@@ -1,0 +1,230 @@
+"""Fixtures and helpers for tests of the embedded PostgreSQL (runtime.embedded)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import msgspec
+import pytest
+
+from runtime.embedded import EmbeddedPostgres
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# A second ragline process: acquires the cluster, reports its DSN, then releases on demand.
+_CHILD_CODE = """
+import json, pathlib, sys
+from runtime.embedded import EmbeddedPostgres
+cluster = EmbeddedPostgres(pathlib.Path(sys.argv[1]))
+print(json.dumps({"dsn": cluster.acquire()}), flush=True)
+for line in sys.stdin:
+    if line.strip() == "release":
+        cluster.release()
+        print(json.dumps({"released": True}), flush=True)
+"""
+
+
+class UnprivilegedPython(msgspec.Struct, frozen=True):
+    """A Python that user postgres can run, and the PYTHONPATH that gives it our packages."""
+
+    executable: str
+    path: str
+
+
+def python_for_postgres_user() -> UnprivilegedPython | None:
+    """This Python, or the system's of the same minor version with this venv's packages
+    (the same ABI), if user postgres can run it and import ragline; else None.
+
+    Often this interpreter lives under /root (mode 0700), out of postgres's reach.
+    """
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        return None
+    packages = os.pathsep.join(
+        dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+    )
+    system = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (UnprivilegedPython(sys.executable, ""), UnprivilegedPython(system, packages)):
+        if _postgres_can_import(candidate):
+            return candidate
+    return None
+
+
+def _postgres_can_import(python: UnprivilegedPython) -> bool:
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), python.path]))
+    code = "import asyncpg, msgspec, runtime.embedded"
+    with contextlib.suppress(OSError):
+        probe = subprocess.run(
+            ["runuser", "-u", "postgres", "--", python.executable, "-c", code],
+            cwd="/",
+            env={**os.environ, "PYTHONPATH": path},
+            capture_output=True,
+            check=False,
+            timeout=30,
+        )
+        return probe.returncode == 0
+    return False
+
+
+class Child:
+    """A subprocess using the cluster under ``data_dir`` (see ``_CHILD_CODE``)."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        wait: bool = True,
+        python: UnprivilegedPython | None = None,
+        **popen: Any,
+    ) -> None:
+        executable, path = (python.executable, python.path) if python else (sys.executable, "")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), path]))}
+        self.proc = subprocess.Popen(
+            [executable, "-c", _CHILD_CODE, str(data_dir)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd="/",
+            env=env,
+            **popen,
+        )
+        self.dsn = ""
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> str:
+        """Wait for the child's acquire to return; its DSN."""
+        self.dsn = self._read()["dsn"]
+        return self.dsn
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, f"child exited with {self.proc.wait()} before answering"
+        message: dict[str, Any] = json.loads(line)
+        return message
+
+    def release(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("release\n")
+        self.proc.stdin.flush()
+        assert self._read() == {"released": True}
+
+    def kill(self) -> None:
+        """SIGKILL: the child dies without releasing (a crash)."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.kill()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def wait_for_exit(pid: int, timeout_s: float = 10.0) -> None:
+    """Poll until process ``pid`` is gone (it is not our child, so it cannot be waited for)."""
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid):
+        assert time.monotonic() < deadline, f"process {pid} still alive after {timeout_s} s"
+        time.sleep(0.02)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def postmaster_pid(data_dir: Path) -> int:
+    """The pid the running server wrote to its postmaster.pid."""
+    return int((data_dir / "pg" / "data" / "postmaster.pid").read_text().split()[0])
+
+
+def fetchval(dsn: str, sql: str) -> Any:
+    """Run ``sql`` over a fresh asyncpg connection to ``dsn`` and return its first value."""
+
+    async def run() -> Any:
+        connection = await asyncpg.connect(dsn, timeout=10)
+        try:
+            return await connection.fetchval(sql)
+        finally:
+            await connection.close()
+
+    return asyncio.run(run())
+
+
+@contextlib.contextmanager
+def _scratch_base() -> Iterator[Path]:
+    # pytest's tmp_path lives under /tmp/pytest-of-root (mode 0700): as root, the server
+    # runs as user postgres, who could not reach a data dir there.
+    # tmpfs when there is one: initdb's fsyncs and copying clusters are much faster there.
+    shm = "/dev/shm" if os.access("/dev/shm", os.W_OK | os.X_OK) else None
+    base = Path(tempfile.mkdtemp(prefix="ragline-embedded-", dir=shm))
+    base.chmod(0o711)
+    try:
+        yield base
+    finally:
+        for data_dir in base.iterdir():
+            EmbeddedPostgres(data_dir).stop()
+        shutil.rmtree(base)
+
+
+@pytest.fixture
+def embedded_base() -> Iterator[Path]:
+    """A scratch directory that the server's user can enter, removed with its clusters."""
+    with _scratch_base() as base:
+        yield base
+
+
+@pytest.fixture(scope="session")
+def embedded_template() -> Iterator[Path]:
+    with _scratch_base() as base:
+        template = base / "template"
+        cluster = EmbeddedPostgres(template)
+        cluster.acquire()
+        cluster.release()
+        yield template
+
+
+@pytest.fixture
+def initialized_data_dir(embedded_template: Path, embedded_base: Path) -> Path:
+    """A data dir whose cluster exists (a copy of one made by ragline) and is stopped.
+
+    Tests that are not about initdb start from it: initdb costs about 1 s, a copy 0.1 s.
+    """
+    data_dir = embedded_base / "data"
+    data_dir.mkdir()
+    # cp -a keeps the pg/ tree's owner (user postgres when run as root) and modes.
+    subprocess.run(["cp", "-a", str(embedded_template / "pg"), str(data_dir)], check=True)
+    return data_dir
+
+
+@pytest.fixture
+def spawn_child() -> Iterator[Callable[..., Child]]:
+    """Start second processes on a data dir; any still alive are killed at teardown."""
+    children: list[Child] = []
+
+    def spawn(data_dir: Path, *, wait: bool = True) -> Child:
+        children.append(Child(data_dir, wait=wait))
+        return children[-1]
+
+    yield spawn
+    for child in children:
+        child.close()
