@@ -91,6 +91,9 @@ class DocumentRepository:
         rows = await (conn or self.pool).fetch(D["delete_documents"], list(ids))
         return [r["id"] for r in rows]
 
+    async def count_finished(self, ids: Sequence[uuid.UUID]) -> int:
+        return int(await self.pool.fetchval(D["count_finished"], list(ids)))
+
     async def count_by_status(self) -> dict[str, int]:
         rows = await self.pool.fetch(D["count_documents_by_status"])
         return {r["status"]: int(r["n"]) for r in rows}

@@ -4,9 +4,12 @@ Layout under the data dir (``RAGLINE_DATA_DIR``, default ``./.ragline``)::
 
     <data_dir>/lock          flock(2) file: serializes start, stop and the user registry
     <data_dir>/users/        one file per user (``<pid>.<token>``, holding the process start time)
-    <data_dir>/pg/data/      the cluster (PGDATA), created once by initdb
-    <data_dir>/pg/sock/      its Unix socket directory (or /tmp/ragline-<hash> when too long)
-    <data_dir>/pg/log        the server log (initdb's output is appended there too)
+    <data_dir>/pg.location   only when the cluster lives elsewhere (see Root below): its path
+    <cluster>/data/          the cluster (PGDATA), created once by initdb
+    <cluster>/sock/          its Unix socket directory (or /tmp/ragline-<hash> when too long)
+    <cluster>/log            the server log (initdb's output is appended there too)
+
+where ``<cluster>`` is ``<data_dir>/pg``, or the directory that ``pg.location`` names.
 
 Choices, and why:
 
@@ -15,19 +18,31 @@ Choices, and why:
   Python gets exactly the same server as a developer's or CI's, and a data dir is always
   opened by the major version that initialized it (a 15 cluster cannot be started by 16 or
   the other way round, so picking "whatever is installed" would break data dirs when a
-  machine changes). Only the binaries are used: pgserver's Python API creates a system user
-  with ``useradd`` when run as root and keeps its own global lock and pid list.
+  machine changes). Only the binaries are used: pgserver's Python API keeps its own global
+  lock and pid list, and creates a login user with a shell.
 - **Root**: initdb and postgres refuse to run as root, so as root every PostgreSQL command
-  runs as the existing unprivileged user ``postgres`` (``subprocess`` switches uid/gid; no
-  ``su``). ragline does not create system users itself: adding accounts to a machine is an
-  administrator's decision and a surprising side effect of a library call. With no such
-  user, :class:`~runtime.errors.ConfigurationError` says what to do.
-- **Access for that user**: ``pg/`` is created for it (mode 0700, chowned). A data dir that
-  ragline creates itself gets mode 0710 with the user's group, so only that user may enter
-  it. Nothing else is chmod-ed: when a parent directory (e.g. ``/root``, mode 0700) or an
-  existing data dir is not enterable by the user, a ConfigurationError names it and the
-  remedies (choose another ``RAGLINE_DATA_DIR``, grant access, or set ``DATABASE_URL``);
-  the cluster is never moved somewhere else behind the user's back.
+  runs as an unprivileged user (``subprocess`` switches uid/gid; no ``su``): the owner of an
+  existing cluster directory; else ``postgres`` when that user exists; else
+  :data:`SERVICE_USER`, which ragline creates (``useradd --system``, no home, no login
+  shell; ``adduser`` where useradd is missing). The README promises that ``pip install .``
+  then ``python -m runtime ingest`` works on a fresh machine with only Python, which is
+  typically a container running as root without a ``postgres`` user. When the account
+  cannot be created, :class:`~runtime.errors.ConfigurationError` says to set
+  ``DATABASE_URL`` or to run as a non-root user.
+- **Where the cluster lives, as root**: ``<data_dir>/pg`` when that user can enter the data
+  dir (a data dir that ragline creates gets mode 0710 with the user's group, so only that
+  user may enter it; nothing else is chmod-ed). When it cannot (a checkout under ``/root``,
+  mode 0700, is the usual case), the cluster goes to
+  ``/var/tmp/ragline-pg-<sha256(data dir)[:16]>`` (mode 0700, owned by that user) and
+  ``<data_dir>/pg.location`` records it, so that every process on the data dir, and
+  ``ragline db stop``, finds it; the lock and the users stay in the data dir, which root
+  reaches. /var/tmp, not /tmp: it survives reboots. Its cleaners (systemd-tmpfiles ages
+  /var/tmp out after 30 days by default) may still delete a long-idle cluster, which a
+  warning then reports; set ``DATABASE_URL`` for data that must last. An existing
+  ``<data_dir>/pg`` is never moved: if its user cannot reach it, a ConfigurationError names
+  the directory and the remedies.
+- **Unprivileged**: everything runs as the calling user under the data dir; a data dir it
+  cannot create or write is a ConfigurationError.
 - **Unix socket only** (``listen_addresses = ''``) with trust auth on that socket and host
   connections rejected: no port is taken, nothing is reachable from the network, and the
   socket directory is readable by its owner only (root bypasses this).
@@ -44,10 +59,12 @@ import fcntl
 import functools
 import hashlib
 import importlib.util
+import logging
 import os
 import pwd
 import re
 import secrets
+import shutil
 import socket
 import stat
 import subprocess
@@ -70,8 +87,14 @@ INITDB_TIMEOUT_S = 120.0
 #: Waiting for another process's start or stop, which are bounded by the timeouts above.
 LOCK_TIMEOUT_S = START_TIMEOUT_S + INITDB_TIMEOUT_S + 30.0
 LOCK_POLL_S = 0.05
-#: The unprivileged system user that runs PostgreSQL when ragline runs as root.
-SERVICE_USER = "postgres"
+#: As root, PostgreSQL runs as this user when it exists (a PostgreSQL install's account) ...
+EXISTING_SERVICE_USER = "postgres"
+#: ... else as this system user, which ragline creates (no home, no login shell).
+SERVICE_USER = "ragline-pg"
+#: useradd/adduser create an account in well under a second; this bounds a hung one.
+USER_ADD_TIMEOUT_S = 60.0
+#: As root, the cluster goes under here when the service user cannot reach the data dir.
+RELOCATED_PARENT = Path("/var/tmp")
 #: The cluster's superuser and database named in the DSN.
 SUPERUSER = "postgres"
 DATABASE = "postgres"
@@ -86,6 +109,14 @@ SHORT_SOCKET_PARENT = Path("/tmp")
 _SAFE_SOCKET_DIR = re.compile(r"[A-Za-z0-9/._+-]+")
 _SHELL_UNSAFE = frozenset('"`$\\\n')
 _CONF_NAME = "ragline.conf"
+_LOCATION_NAME = "pg.location"
+# Searched after $PATH, which may lack the sbin directories (e.g. under sudo or cron).
+_SBIN_DIRS = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")
+_NOLOGIN_SHELLS = ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false")
+
+logger = logging.getLogger(__name__)
+# Cluster directories outside their data dir already logged by this process.
+_announced: set[Path] = set()
 
 
 class _RunAs(msgspec.Struct, frozen=True):
@@ -107,20 +138,95 @@ class _Postmaster(msgspec.Struct, frozen=True):
     shm_id: int
 
 
-def _run_as() -> _RunAs:
+def _run_as(cluster_dir: Path | None = None) -> _RunAs:
+    """This process's user; as root, the unprivileged user to run PostgreSQL as.
+
+    As root: the owner of ``cluster_dir`` when it exists (so a cluster keeps its user even
+    if a ``postgres`` account appears later), else :func:`_service_user`.
+    """
     if os.geteuid() != 0:
         entry = pwd.getpwuid(os.geteuid())
         return _RunAs(entry.pw_name, entry.pw_uid, entry.pw_gid, tuple(os.getgroups()), False)
-    try:
-        entry = pwd.getpwnam(SERVICE_USER)
-    except KeyError:
-        raise ConfigurationError(
-            f"ragline runs as root and the embedded PostgreSQL refuses root, but there is no "
-            f"user '{SERVICE_USER}' to run it as: create one (useradd --system {SERVICE_USER}) "
-            f"or set DATABASE_URL"
-        ) from None
+    entry = _owner(cluster_dir) or _service_user()
     groups = tuple(os.getgrouplist(entry.pw_name, entry.pw_gid))
     return _RunAs(entry.pw_name, entry.pw_uid, entry.pw_gid, groups, True)
+
+
+def _owner(path: Path | None) -> pwd.struct_passwd | None:
+    """The account owning ``path``; None if there is none, it is root, or ``path`` is absent."""
+    if path is None:
+        return None
+    try:
+        uid = path.stat().st_uid
+        return pwd.getpwuid(uid) if uid != 0 else None
+    except (FileNotFoundError, KeyError):
+        return None
+
+
+def _service_user(
+    preferred: str = EXISTING_SERVICE_USER, fallback: str = SERVICE_USER
+) -> pwd.struct_passwd:
+    """User ``preferred`` if it exists, else ``fallback``, created as a system user if needed.
+
+    :raises ConfigurationError: neither exists and ``fallback`` cannot be created.
+    """
+    for name in (preferred, fallback):
+        with contextlib.suppress(KeyError):
+            return pwd.getpwnam(name)
+    _create_system_user(fallback, preferred)
+    try:
+        return pwd.getpwnam(fallback)
+    except KeyError:
+        reason = f"the account tool reported success but '{fallback}' does not exist"
+        raise ConfigurationError(_no_service_user(preferred, fallback, reason)) from None
+
+
+def _create_system_user(name: str, preferred: str) -> None:
+    command = _user_add_command(name)
+    if command is None:
+        reason = "neither useradd nor adduser is installed"
+        raise ConfigurationError(_no_service_user(preferred, name, reason))
+    try:
+        subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env=_clean_env(),
+            timeout=USER_ADD_TIMEOUT_S,
+            check=True,
+        )
+    except subprocess.CalledProcessError as exc:
+        with contextlib.suppress(KeyError):
+            pwd.getpwnam(name)
+            return  # another process created it at the same time
+        reason = _last_log_line(f"{exc.stdout}\n{exc.stderr}")
+        raise ConfigurationError(_no_service_user(preferred, name, reason)) from exc
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfigurationError(_no_service_user(preferred, name, str(exc))) from exc
+    logger.info("created system user %s to run the embedded PostgreSQL", name)
+
+
+def _user_add_command(name: str) -> list[str] | None:
+    search = os.pathsep.join([os.environ.get("PATH", ""), *_SBIN_DIRS])
+    shell = next((s for s in _NOLOGIN_SHELLS if Path(s).exists()), _NOLOGIN_SHELLS[-1])
+    if useradd := shutil.which("useradd", path=search):
+        options = ["--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent"]
+        return [useradd, *options, "--shell", shell, name]
+    adduser = shutil.which("adduser", path=search)
+    if adduser is None:
+        return None
+    if Path(adduser).resolve().name == "busybox":  # Alpine: short options only
+        return [adduser, "-S", "-D", "-H", "-h", "/nonexistent", "-s", shell, name]
+    return [adduser, "--system", "--group", "--no-create-home", "--shell", shell, name]
+
+
+def _no_service_user(preferred: str, name: str, reason: str) -> str:
+    return one_line(
+        f"ragline runs as root, which the embedded PostgreSQL refuses, and there is no user "
+        f"'{preferred}' to run it as; creating user '{name}' failed ({reason}): set "
+        f"DATABASE_URL or run ragline as a non-root user"
+    )
 
 
 @functools.cache
@@ -146,17 +252,30 @@ def _can_enter(path: Path, user: _RunAs) -> bool:
     return bool(st.st_mode & stat.S_IXOTH)
 
 
-def _check_reachable(path: Path, user: _RunAs, what: str) -> None:
+def _barrier(path: Path, user: _RunAs) -> Path | None:
+    """The first directory on the way to ``path`` that ``user`` cannot enter, if any."""
     if not user.switch:
-        return
+        return None
     path = path.resolve()
     for directory in [*reversed(path.parents), path]:
         if directory.exists() and not _can_enter(directory, user):
-            raise ConfigurationError(
-                f"the embedded PostgreSQL runs as user '{user.name}', who cannot enter "
-                f"{directory} (needed for {what}): choose a RAGLINE_DATA_DIR it can reach, "
-                f"grant it access (e.g. chmod o+x {directory}), or set DATABASE_URL"
-            )
+            return directory
+    return None
+
+
+def _check_reachable(path: Path, user: _RunAs, what: str) -> None:
+    barrier = _barrier(path, user)
+    if barrier is not None:
+        raise ConfigurationError(
+            f"the embedded PostgreSQL runs as user '{user.name}', who cannot enter "
+            f"{barrier} (needed for {what}): choose a RAGLINE_DATA_DIR it can reach, "
+            f"grant it access (e.g. chmod o+x {barrier}), or set DATABASE_URL"
+        )
+
+
+def _relocated_dir(data_dir: Path) -> Path:
+    digest = hashlib.sha256(os.fsencode(os.path.realpath(data_dir))).hexdigest()[:16]
+    return RELOCATED_PARENT / f"ragline-pg-{digest}"
 
 
 def _check_shell_safe(path: Path) -> None:
@@ -307,18 +426,19 @@ class _Users:
 
 
 class EmbeddedPostgres:
-    """A private PostgreSQL cluster under ``<data_dir>/pg``, shared by the processes using it.
+    """A private PostgreSQL cluster for ``data_dir``, shared by the processes using it.
 
-    Every method is synchronous and may block for seconds (initdb, start, stop, waiting for
-    another process's lock): call it in a worker thread from async code.
+    The cluster lives in ``<data_dir>/pg``, or where ``<data_dir>/pg.location`` says (see
+    the module docstring). Every method is synchronous and may block for seconds (initdb,
+    start, stop, waiting for another process's lock): call it in a worker thread from async
+    code.
     """
 
     def __init__(self, data_dir: Path, *, port: int = 5432) -> None:
         self._data_dir = Path(data_dir).resolve()
         self._port = port
-        self._pg_dir = self._data_dir / "pg"
-        self._pgdata = self._pg_dir / "data"
-        self._log = self._pg_dir / "log"
+        self._location_file = self._data_dir / _LOCATION_NAME
+        self._use(self._data_dir / "pg")
         self._users = _Users(self._data_dir / "users")
         self._token = secrets.token_hex(4)
         self._registration: Path | None = None
@@ -329,10 +449,12 @@ class EmbeddedPostgres:
         """The asyncpg DSN: the one ``acquire`` returned, else where the cluster would be."""
         if self._acquired_dsn is not None:
             return self._acquired_dsn
+        self._locate()
         return _dsn(str(self._socket_dir()), self._port)
 
     @property
     def log_path(self) -> Path:
+        self._locate()
         return self._log
 
     def acquire(self) -> str:
@@ -342,13 +464,16 @@ class EmbeddedPostgres:
         running cluster a few milliseconds. A running cluster is joined as it is, whatever
         ``port`` this instance was given.
 
-        :raises ConfigurationError: the cluster cannot be set up here (root without user
-            ``postgres``, unreachable data dir, data dir of another major version).
+        :raises ConfigurationError: the cluster cannot be set up here (root and no user to
+            run it as, an existing cluster its user cannot reach, a data dir this user
+            cannot write, data dir of another major version).
         :raises DatabaseUnavailable: initdb or the server failed or timed out; names the log.
         """
-        run_as = _run_as()
+        self._locate()
+        run_as = _run_as(self._pg_dir)
         self._prepare(run_as)
         with _flock(self._data_dir / "lock", LOCK_TIMEOUT_S):
+            self._settle_location(run_as)
             info = self._running() or self._start(run_as)
             if self._registration is None or not self._registration.exists():
                 self._registration = self._users.register(self._token)
@@ -363,11 +488,13 @@ class EmbeddedPostgres:
             if self._registration is not None:
                 self._registration.unlink(missing_ok=True)
                 self._registration = None
+            self._locate()
             if self._users.prune() == 0 and self._running() is not None:
-                self._stop(_run_as())
+                self._stop(_run_as(self._pg_dir))
 
     def stop(self) -> bool:
         """Stop the cluster now, whoever uses it; return False if it was not running."""
+        self._locate()
         if not self._pgdata.is_dir():
             return False
         with _flock(self._data_dir / "lock", LOCK_TIMEOUT_S):
@@ -375,23 +502,82 @@ class EmbeddedPostgres:
             self._registration = None
             if self._running() is None:
                 return False
-            self._stop(_run_as())
+            self._stop(_run_as(self._pg_dir))
             return True
 
     def is_running(self) -> bool:
         """Whether a server runs on this data dir and accepts connections on its socket."""
+        self._locate()
         return self._running() is not None
+
+    # -- where the cluster lives -------------------------------------------------------
+
+    def _use(self, pg_dir: Path) -> None:
+        self._pg_dir = pg_dir
+        self._pgdata = pg_dir / "data"
+        self._log = pg_dir / "log"
+
+    def _locate(self) -> None:
+        """Point at the cluster that ``pg.location`` records, else at ``<data_dir>/pg``."""
+        self._use(self._recorded_location() or self._data_dir / "pg")
+
+    def _recorded_location(self) -> Path | None:
+        try:
+            text = self._location_file.read_text().strip()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if not text.startswith("/"):
+            raise ConfigurationError(
+                f"{self._location_file} must hold the absolute path of the embedded "
+                f"PostgreSQL's directory, not {text!r}: fix or remove it"
+            )
+        return Path(text)
+
+    def _settle_location(self, run_as: _RunAs) -> None:
+        """Decide where the cluster lives (under the lock: every process must agree)."""
+        recorded = self._recorded_location()
+        default = self._data_dir / "pg"
+        if recorded is None and not default.exists() and _barrier(self._data_dir, run_as):
+            recorded = self._relocate()
+        elif recorded is not None and not recorded.exists():
+            logger.warning(
+                "%s names %s, which no longer exists (removed by a /var/tmp cleaner?): "
+                "creating a new, empty cluster there",
+                self._location_file,
+                recorded,
+            )
+        self._use(recorded or default)
+        _check_shell_safe(self._pg_dir)
+        _check_reachable(self._pg_dir.parent, run_as, "the embedded PostgreSQL's directory")
+        if recorded is not None and recorded not in _announced:
+            _announced.add(recorded)
+            logger.info(
+                "the embedded PostgreSQL for %s lives in %s (recorded in %s)",
+                self._data_dir,
+                recorded,
+                self._location_file,
+            )
+
+    def _relocate(self) -> Path:
+        """Record a cluster directory outside the data dir, which the server cannot enter."""
+        if not RELOCATED_PARENT.is_dir():
+            RELOCATED_PARENT.mkdir(parents=True, exist_ok=True)
+            RELOCATED_PARENT.chmod(0o1777)  # what a stock /var/tmp is
+        location = _relocated_dir(self._data_dir)
+        # Written whole, then renamed: a crash leaves no half-written path behind.
+        partial = self._location_file.with_name(f".{_LOCATION_NAME}.{os.getpid()}")
+        partial.write_text(f"{location}\n")
+        partial.replace(self._location_file)
+        return location
 
     # -- setup -------------------------------------------------------------------------
 
     def _prepare(self, run_as: _RunAs) -> None:
-        _check_shell_safe(self._data_dir)
         _check_shell_safe(_bin_dir())
         _check_reachable(_bin_dir(), run_as, "the PostgreSQL binaries")
-        # Before creating anything, then again for what mkdir created under the umask.
-        _check_reachable(self._data_dir, run_as, "the data dir")
         self._make_data_dir(run_as)
-        _check_reachable(self._data_dir, run_as, "the data dir")
+        if not os.access(self._data_dir, os.W_OK | os.X_OK):
+            raise ConfigurationError(self._unwritable("permission denied"))
 
     def _prepare_pg_dir(self, run_as: _RunAs) -> None:
         # Under the lock: a racing process must not see pg/ between mkdir and chown.
@@ -404,11 +590,20 @@ class EmbeddedPostgres:
     def _make_data_dir(self, run_as: _RunAs) -> None:
         if self._data_dir.is_dir():
             return
-        self._data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigurationError(self._unwritable(exc.strerror or str(exc))) from exc
         if run_as.switch:
             # Let only the service user's group in: it needs to reach pg/, nothing more.
             os.chown(self._data_dir, -1, run_as.gid)
             self._data_dir.chmod(0o710)
+
+    def _unwritable(self, reason: str) -> str:
+        return (
+            f"ragline cannot create or write its data dir {self._data_dir} ({reason}): "
+            f"choose a RAGLINE_DATA_DIR this user can write, or set DATABASE_URL"
+        )
 
     def _make_owned_dir(self, path: Path, run_as: _RunAs) -> None:
         with contextlib.suppress(FileExistsError):

@@ -49,3 +49,8 @@ DELETE FROM documents WHERE id = ANY($1::uuid[]) RETURNING id;
 -- name: count_documents_by_status
 -- Documents per status.
 SELECT status::text AS status, count(*) AS n FROM documents GROUP BY status;
+
+-- name: count_finished
+-- How many of these documents are ready or failed.
+-- $1 ids
+SELECT count(*) FROM documents WHERE id = ANY($1::uuid[]) AND status IN ('ready', 'failed');

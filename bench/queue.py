@@ -1,0 +1,535 @@
+"""Engine benchmark: ragline's job queue next to a minimal asyncpg loop, in one run.
+
+``python -m bench.queue [--docs N] [--slots 1,4,16] [--quick]`` creates a throwaway
+database (``ragline_bench_<random>``) on ``DATABASE_URL`` (default: the local server),
+prints four sections and drops the database:
+
+1. throughput of a no-op five-stage pipeline, ragline's :class:`runtime.worker.Worker`
+   against the plainest ``FOR UPDATE SKIP LOCKED`` loop at the same slots per stage;
+2. enqueue→claim latency of an idle worker, with LISTEN/NOTIFY and with polling only;
+3. claim latency with 1,000 vs 1,000,000 finished rows in ``stage_jobs``, and the plan;
+4. PgQueuer's throughput at the same slots, when it is installed.
+
+Figures are printed, never asserted: the machine is shared and noisy, so only the ratios
+of runs made side by side (alternating, median of ``--repeat``) mean much.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import random
+import secrets
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any, TypeAlias
+
+import anyio
+import asyncpg
+import msgspec
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from runtime.migrate import migrate
+from runtime.models import NewJob
+from runtime.repository import Q as JOB_QUERIES
+from runtime.repository import JobRepository
+from runtime.stage import Pipeline
+from runtime.worker import Worker, WorkerConfig
+from tests.support.db import with_database
+from tests.support.pipelines import STAGES, ScriptedStage
+
+Conn: TypeAlias = "asyncpg.Connection[Any]"
+Pool: TypeAlias = "asyncpg.Pool[Any]"
+#: (dsn, documents, slots per stage) -> runs the pipeline until every document is ready.
+Runner: TypeAlias = Callable[[str, int, int], Awaitable[None]]
+
+DEFAULT_DSN = "postgresql://root@127.0.0.1:5432/postgres"
+PARTS = ("throughput", "wake", "claim", "pgqueuer")
+LAST = STAGES[-1]
+HOPS_FLOOR = 0.80
+WAKE_P50_FLOOR_MS = 3.0
+WAKE_P99_FLOOR_MS = 15.0
+CLAIM_RATIO_FLOOR = 1.5
+#: Poll interval of the throughput workers; with LISTEN on it is only the fallback.
+THROUGHPUT_POLL_S = 1.0
+#: Poll interval of the wake-latency worker (its fallback when NOTIFY is off).
+WAKE_POLL_S = 1.0
+WAKE_SLOTS = 4
+#: Time for an idle worker to connect and LISTEN before jobs trickle in.
+WORKER_SETTLE_S = 1.0
+#: A baseline slot with nothing to claim waits this long for an upstream hand-off.
+BASELINE_IDLE_S = 0.05
+CLAIM_WARMUP = 20
+RUN_TIMEOUT_S = 600.0
+
+
+class Options(msgspec.Struct, frozen=True, kw_only=True):
+    server_dsn: str
+    docs: int = 5000
+    slots: tuple[int, ...] = (1, 4, 16)
+    repeat: int = 2
+    wake_jobs: int = 200
+    claims: int = 1000
+    small_rows: int = 1000
+    big_rows: int = 1_000_000
+    parts: tuple[str, ...] = PARTS
+
+
+# -- SQL of the benchmark itself (the engine's own queries stay in schema/queries) --------
+
+RESET_SQL = "TRUNCATE stage_jobs, documents, workers RESTART IDENTITY CASCADE"
+
+# Bulk seeding: documents with distinct hashes, then one job per document.
+SEED_DOCS_SQL = """
+INSERT INTO documents (id, filename, media_type, byte_size, sha256, stage, status)
+SELECT gen_random_uuid(), 'doc-' || i || '.pdf', 'application/pdf', 1000, md5(i::text),
+       $2, 'pending'
+FROM generate_series(1, $1) AS i
+"""
+SEED_JOBS_SQL = "INSERT INTO stage_jobs (document_id, stage, generation) SELECT id, $1, 1 FROM documents"
+
+# History: finished jobs spread over the documents and stages, in one statement.
+SEED_FINISHED_SQL = """
+WITH docs AS (SELECT array_agg(id) AS ids FROM documents)
+INSERT INTO stage_jobs (document_id, stage, generation, state, attempts, started_at, finished_at)
+SELECT docs.ids[1 + g % cardinality(docs.ids)],
+       ($2::text[])[1 + g % cardinality($2::text[])],
+       1, 'succeeded', 1, now(), now()
+FROM docs, generate_series(1, $1) AS g
+"""
+
+# From the first claim to the last stage's last commit, on the server's clock.
+SPAN_SQL = """
+SELECT extract(epoch FROM max(finished_at) - $1::timestamptz)::float8 AS span_s,
+       (SELECT count(*) FROM documents WHERE status = 'ready') AS ready
+FROM stage_jobs WHERE stage = $2 AND state = 'succeeded'
+"""
+
+WAKE_SQL = """
+SELECT (extract(epoch FROM started_at - created_at) * 1000)::float8 AS ms
+FROM stage_jobs WHERE stage = $1 AND started_at IS NOT NULL
+"""
+
+# The baseline: claim ONE job with SKIP LOCKED in a single UPDATE..RETURNING ...
+BASELINE_CLAIM_SQL = """
+UPDATE stage_jobs
+SET state = 'running', attempts = attempts + 1, lease_token = gen_random_uuid(),
+    lease_expires_at = now() + interval '60 seconds', started_at = now()
+WHERE id = (
+    SELECT id FROM stage_jobs
+    WHERE state = 'queued' AND stage = $1 AND run_after <= now()
+    ORDER BY priority DESC, run_after, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id
+"""
+# ... then mark it done and enqueue the next stage in one statement,
+BASELINE_ADVANCE_SQL = """
+WITH done AS (
+    UPDATE stage_jobs SET state = 'succeeded', finished_at = now(), lease_expires_at = NULL
+    WHERE id = $1
+    RETURNING document_id, generation, max_attempts, priority
+)
+INSERT INTO stage_jobs (document_id, stage, generation, max_attempts, priority)
+SELECT document_id, $2, generation, max_attempts, priority FROM done
+"""
+# ... or, after the last stage, mark the document ready (the same finish line as ragline).
+BASELINE_FINISH_SQL = """
+WITH done AS (
+    UPDATE stage_jobs SET state = 'succeeded', finished_at = now(), lease_expires_at = NULL
+    WHERE id = $1
+    RETURNING document_id
+)
+UPDATE documents AS d SET status = 'ready' FROM done WHERE d.id = done.document_id
+"""
+
+
+# -- statistics and printing --------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def verdict(ok: bool) -> str:
+    return "ok" if ok else "BELOW FLOOR"
+
+
+def heading(text: str) -> None:
+    print(f"\n== {text} ==", flush=True)
+
+
+def row(*cells: object, widths: Sequence[int]) -> None:
+    print("  ".join(str(c).rjust(w) for c, w in zip(cells, widths, strict=True)), flush=True)
+
+
+# -- the throwaway database ---------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def connection(dsn: str) -> AsyncIterator[Conn]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        yield conn
+    finally:
+        with anyio.CancelScope(shield=True):
+            await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def pool_of(dsn: str, size: int) -> AsyncIterator[Pool]:
+    pool = await asyncpg.create_pool(dsn, min_size=0, max_size=size)
+    try:
+        yield pool
+    finally:
+        with anyio.CancelScope(shield=True):
+            await pool.close()
+
+
+@contextlib.asynccontextmanager
+async def bench_database(server_dsn: str) -> AsyncIterator[str]:
+    """Create and migrate ``ragline_bench_<random>``; drop it afterwards."""
+    name = f"ragline_bench_{secrets.token_hex(4)}"
+    async with connection(server_dsn) as admin:
+        await admin.execute(f"CREATE DATABASE {name}")
+    dsn = with_database(server_dsn, name)
+    try:
+        async with connection(dsn) as conn:
+            await migrate(conn)
+        yield dsn
+    finally:
+        with anyio.CancelScope(shield=True):
+            async with connection(server_dsn) as admin:
+                await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+async def reseed(conn: Conn, docs: int, job_stage: str | None) -> None:
+    """Empty the tables, insert ``docs`` documents and, unless None, one job each."""
+    await conn.execute(RESET_SQL)
+    await conn.execute(SEED_DOCS_SQL, docs, job_stage or STAGES[0])
+    if job_stage is not None:
+        await conn.execute(SEED_JOBS_SQL, job_stage)
+    await conn.execute("VACUUM ANALYZE documents, stage_jobs")
+    # Flush the seed now rather than in the middle of the timed run.
+    with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
+        await conn.execute("CHECKPOINT")
+
+
+# -- 1. throughput ------------------------------------------------------------------------
+
+
+def noop_pipeline() -> Pipeline:
+    return Pipeline(stages=[ScriptedStage(name, noop=True) for name in STAGES])
+
+
+async def run_ragline(dsn: str, _docs: int, slots: int) -> None:
+    config = WorkerConfig(
+        stages=STAGES,
+        concurrency=dict.fromkeys(STAGES, slots),
+        exit_when_idle=True,
+        poll_s=THROUGHPUT_POLL_S,
+    )
+    await Worker(noop_pipeline(), dsn, config).run()
+
+
+class Baseline:
+    """``slots`` tasks per stage, each claiming ONE job at a time: the plainest loop.
+
+    A slot with nothing to claim waits for an in-process hand-off from the stage before
+    (cheaper than NOTIFY), so the baseline is not slowed down by polling.
+    """
+
+    def __init__(self, pool: Pool, docs: int) -> None:
+        self.pool = pool
+        self.left = docs
+        self.finished = anyio.Event()
+        self.handoff: dict[str, tuple[MemoryObjectSendStream[None],
+                                      MemoryObjectReceiveStream[None]]] = {
+            stage: anyio.create_memory_object_stream[None](math.inf) for stage in STAGES
+        }
+
+    def close(self) -> None:
+        for send, receive in self.handoff.values():
+            send.close()
+            receive.close()
+
+    async def slot(self, index: int) -> None:
+        stage = STAGES[index]
+        after = STAGES[index + 1] if index + 1 < len(STAGES) else None
+        while True:
+            job_id = await self.pool.fetchval(BASELINE_CLAIM_SQL, stage)
+            if job_id is None:
+                await self._idle(stage)
+            else:
+                await self._settle(job_id, after)
+
+    async def _idle(self, stage: str) -> None:
+        with anyio.move_on_after(BASELINE_IDLE_S):
+            await self.handoff[stage][1].receive()
+
+    async def _settle(self, job_id: int, after: str | None) -> None:
+        if after is not None:
+            await self.pool.execute(BASELINE_ADVANCE_SQL, job_id, after)
+            self.handoff[after][0].send_nowait(None)
+            return
+        await self.pool.execute(BASELINE_FINISH_SQL, job_id)
+        self.left -= 1
+        if self.left == 0:
+            self.finished.set()
+
+
+async def run_baseline(dsn: str, docs: int, slots: int) -> None:
+    async with pool_of(dsn, slots * len(STAGES) + 1) as pool:
+        baseline = Baseline(pool, docs)
+        try:
+            async with anyio.create_task_group() as tg:
+                for index in range(len(STAGES)):
+                    for _ in range(slots):
+                        tg.start_soon(baseline.slot, index)
+                await baseline.finished.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            baseline.close()
+
+
+async def hops_per_s(dsn: str, docs: int, slots: int, runner: Runner) -> float:
+    """Seed ``docs`` documents, run them through all stages; stage hops per second."""
+    async with connection(dsn) as conn:
+        await reseed(conn, docs, STAGES[0])
+        started: datetime = await conn.fetchval("SELECT clock_timestamp()")
+        with anyio.fail_after(RUN_TIMEOUT_S):
+            await runner(dsn, docs, slots)
+        span = await conn.fetchrow(SPAN_SQL, started, LAST)
+    if span is None or span["ready"] != docs:
+        raise RuntimeError(f"run ended with {span and span['ready']} of {docs} documents ready")
+    return len(STAGES) * docs / float(span["span_s"])
+
+
+class Pair(msgspec.Struct, frozen=True):
+    slots: int
+    ragline: list[float]
+    baseline: list[float]
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.ragline) / statistics.median(self.baseline)
+
+
+async def throughput(dsn: str, opts: Options, contenders: Sequence[Runner]) -> list[list[float]]:
+    """Per contender, per slot count: the median of ``repeat`` alternating runs."""
+    results: list[list[float]] = [[] for _ in contenders]
+    for slots in opts.slots:
+        runs: list[list[float]] = [[] for _ in contenders]
+        for _ in range(opts.repeat):
+            for runner, out in zip(contenders, runs, strict=True):
+                out.append(await hops_per_s(dsn, opts.docs, slots, runner))
+        for result, out in zip(results, runs, strict=True):
+            result.append(statistics.median(out))
+        print(f"  slots={slots}: " + "  ".join(
+            f"[{', '.join(f'{v:.0f}' for v in out)}]" for out in runs), flush=True)
+    return results
+
+
+async def section_throughput(dsn: str, opts: Options) -> None:
+    heading(f"1. Throughput: no-op {len(STAGES)}-stage pipeline, {opts.docs} documents "
+            f"(hops/s = {len(STAGES)}N / time until all ready; median of {opts.repeat}, "
+            "alternating; raw runs ragline, baseline)")
+    ragline, baseline = await throughput(dsn, opts, (run_ragline, run_baseline))
+    widths = (5, 15, 16, 6, 12)
+    row("slots", "ragline hops/s", "baseline hops/s", "ratio", "floor 0.80", widths=widths)
+    for slots, ours, theirs in zip(opts.slots, ragline, baseline, strict=True):
+        ratio = ours / theirs
+        row(slots, f"{ours:.0f}", f"{theirs:.0f}", f"{ratio:.2f}", verdict(ratio >= HOPS_FLOOR),
+            widths=widths)
+
+
+# -- 2. wake latency ----------------------------------------------------------------------
+
+
+async def trickle(dsn: str, document_ids: Sequence[Any]) -> None:
+    """Enqueue one job at a time, 5–20 ms apart, as an application would."""
+    async with pool_of(dsn, 1) as pool:
+        repo = JobRepository(pool)
+        for document_id in document_ids:
+            await repo.enqueue([NewJob(document_id=document_id, stage=LAST)])
+            await anyio.sleep(random.uniform(0.005, 0.020))
+
+
+async def wait_claimed(conn: Conn, count: int, timeout_s: float) -> None:
+    with anyio.fail_after(timeout_s):
+        while await conn.fetchval(
+            "SELECT count(*) FROM stage_jobs WHERE stage = $1 AND started_at IS NOT NULL", LAST
+        ) < count:
+            await anyio.sleep(0.05)
+
+
+async def wake_latencies(dsn: str, jobs: int, *, listen: bool) -> list[float]:
+    """Milliseconds from each job's insert to its claim, on the server's clock."""
+    config = WorkerConfig(stages=(LAST,), concurrency={LAST: WAKE_SLOTS}, listen=listen,
+                          poll_s=WAKE_POLL_S)
+    worker = Worker(noop_pipeline(), dsn, config)
+    async with connection(dsn) as conn:
+        await reseed(conn, jobs, None)
+        ids = [r["id"] for r in await conn.fetch("SELECT id FROM documents")]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            await anyio.sleep(WORKER_SETTLE_S)
+            await trickle(dsn, ids)
+            await wait_claimed(conn, jobs, WAKE_POLL_S * 3 + 10)
+            worker.stop()
+        return [r["ms"] for r in await conn.fetch(WAKE_SQL, LAST)]
+
+
+async def section_wake(dsn: str, opts: Options) -> None:
+    heading(f"2. Wake latency: idle worker ({WAKE_SLOTS} slots), {opts.wake_jobs} jobs "
+            "enqueued one at a time 5–20 ms apart; created_at → started_at, server clock")
+    widths = (22, 8, 8, 8, 22)
+    row("mode", "p50 ms", "p99 ms", "max ms", "floor p50≤3, p99≤15", widths=widths)
+    for listen in (True, False):
+        ms = await wake_latencies(dsn, opts.wake_jobs, listen=listen)
+        p50, p99 = percentile(ms, 50), percentile(ms, 99)
+        mode = "LISTEN/NOTIFY" if listen else f"poll only (poll {WAKE_POLL_S:g}s)"
+        ok = p50 <= WAKE_P50_FLOOR_MS and p99 <= WAKE_P99_FLOOR_MS
+        row(mode, f"{p50:.2f}", f"{p99:.2f}", f"{max(ms):.2f}", verdict(ok) if listen else "-",
+            widths=widths)
+
+
+# -- 3. claim latency vs table size -------------------------------------------------------
+
+
+async def seed_history(conn: Conn, queued: int, finished: int) -> None:
+    """``queued`` claimable jobs plus ``finished`` succeeded rows, vacuumed and analyzed."""
+    await reseed(conn, queued, LAST)
+    await conn.execute(SEED_FINISHED_SQL, finished, list(STAGES))
+    await conn.execute("VACUUM ANALYZE stage_jobs")
+
+
+async def explain_claim(conn: Conn) -> str:
+    """The claim's plan, executed in a transaction that is rolled back."""
+    explain = "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) " + JOB_QUERIES["claim_jobs"]
+    tx = conn.transaction()
+    await tx.start()
+    try:
+        rows = await conn.fetch(explain, LAST, "bench", 1, 60.0, None)
+    finally:
+        await tx.rollback()
+    return "\n".join(r[0] for r in rows)
+
+
+async def timed_claims(repo: JobRepository, count: int) -> list[float]:
+    """Milliseconds per ``claim(stage, worker, 1, lease)``; each claim is then completed."""
+    out: list[float] = []
+    for _ in range(count):
+        started = time.perf_counter()
+        jobs = await repo.claim(LAST, "bench", 1, 60.0)
+        out.append((time.perf_counter() - started) * 1000)
+        await repo.complete(jobs[0], None)
+    return out
+
+
+async def claim_latencies(dsn: str, finished: int, claims: int) -> tuple[list[float], str]:
+    async with connection(dsn) as conn:
+        await seed_history(conn, claims + CLAIM_WARMUP, finished)
+        plan = await explain_claim(conn)
+    async with pool_of(dsn, 1) as pool:
+        ms = await timed_claims(JobRepository(pool), claims + CLAIM_WARMUP)
+    return ms[CLAIM_WARMUP:], plan
+
+
+async def section_claim(dsn: str, opts: Options) -> None:
+    heading(f"3. Claim latency vs table size: {opts.claims} × claim(limit 1) + complete, "
+            "with finished rows in stage_jobs")
+    widths = (14, 8, 8, 8)
+    row("finished rows", "p50 ms", "p99 ms", "mean ms", widths=widths)
+    means: list[float] = []
+    plan = ""
+    for finished in (opts.small_rows, opts.big_rows):
+        ms, plan = await claim_latencies(dsn, finished, opts.claims)
+        means.append(statistics.mean(ms))
+        row(f"{finished:,}", f"{percentile(ms, 50):.3f}", f"{percentile(ms, 99):.3f}",
+            f"{means[-1]:.3f}", widths=widths)
+    ratio = means[1] / means[0]
+    print(f"mean ratio {opts.big_rows:,} / {opts.small_rows:,}: {ratio:.2f} "
+          f"(floor ≤ {CLAIM_RATIO_FLOOR}: {verdict(ratio <= CLAIM_RATIO_FLOOR)})")
+    print(f"plan of claim_jobs with {opts.big_rows:,} finished rows:\n{plan}", flush=True)
+
+
+# -- 4. PgQueuer (optional) ---------------------------------------------------------------
+
+
+async def section_pgqueuer(dsn: str, opts: Options) -> None:
+    heading("4. PgQueuer at the same slots")
+    try:
+        from bench import pgqueuer_run
+    except ImportError as exc:
+        print(f"skipped: {exc}")
+        return
+    await pgqueuer_run.section(dsn, opts)
+
+
+# -- entry point --------------------------------------------------------------------------
+
+SECTIONS: dict[str, Callable[[str, Options], Awaitable[None]]] = {
+    "throughput": section_throughput,
+    "wake": section_wake,
+    "claim": section_claim,
+    "pgqueuer": section_pgqueuer,
+}
+
+
+async def main(opts: Options) -> None:
+    async with connection(opts.server_dsn) as conn:
+        version = await conn.fetchval("SHOW server_version")
+    print(f"ragline engine benchmark: PostgreSQL {version}, Python {sys.version.split()[0]}, "
+          f"uvloop, {os.cpu_count()} CPUs")
+    async with bench_database(opts.server_dsn) as dsn:
+        for part in opts.parts:
+            await SECTIONS[part](dsn, opts)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(prog="python -m bench.queue", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--docs", type=int, help="documents for the throughput runs (5000)")
+    parser.add_argument("--slots", help="slots per stage, comma-separated (1,4,16)")
+    parser.add_argument("--repeat", type=int, help="alternating runs per pair (2)")
+    parser.add_argument("--parts", help=f"comma-separated subset of {','.join(PARTS)}")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
+    args = parser.parse_args(argv)
+    base = quick_options() if args.quick else Options(server_dsn=server_dsn())
+    return msgspec.structs.replace(base, **overrides(args))
+
+
+def server_dsn() -> str:
+    return os.environ.get("DATABASE_URL") or DEFAULT_DSN
+
+
+def quick_options() -> Options:
+    return Options(server_dsn=server_dsn(), docs=300, slots=(1, 4), repeat=1, wake_jobs=40,
+                   claims=200, big_rows=100_000)
+
+
+def overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if args.docs is not None:
+        out["docs"] = args.docs
+    if args.repeat is not None:
+        out["repeat"] = args.repeat
+    if args.slots:
+        out["slots"] = tuple(int(s) for s in args.slots.split(","))
+    if args.parts:
+        out["parts"] = tuple(p for p in args.parts.split(",") if p in SECTIONS)
+    return out
+
+
+if __name__ == "__main__":
+    anyio.run(main, parse_args(), backend_options={"use_uvloop": True})

@@ -1,0 +1,98 @@
+-- Named queries of the pipeline's checkpoint tables (pages, assets, chunks, embeddings).
+-- Writers run inside the engine's completion transaction; readers use the pool.
+
+-- name: delete_pages
+-- Forget a document's pages before writing a new parse.
+-- $1 document id
+DELETE FROM pages WHERE document_id = $1;
+
+-- name: insert_pages
+-- A document's text per page.
+-- $1 document id, $2 page numbers, $3 texts
+INSERT INTO pages (document_id, page, text)
+SELECT $1, p, t FROM unnest($2::int[], $3::text[]) AS u (p, t);
+
+-- name: document_pages
+-- A document's pages in order.
+-- $1 document id
+SELECT page, text FROM pages WHERE document_id = $1 ORDER BY page;
+
+-- name: delete_assets_except
+-- Drop images a new parse no longer found (descriptions of the rest are kept).
+-- $1 document id, $2 sha256s that stay
+DELETE FROM assets WHERE document_id = $1 AND NOT (sha256 = ANY($2::text[]));
+
+-- name: upsert_assets
+-- Images a parse found; an image already described keeps its description.
+-- $1 document id, $2 sha256s, $3 object keys, $4 media types, $5 sizes, $6 pages,
+-- $7 widths, $8 heights
+INSERT INTO assets (document_id, sha256, object_key, media_type, byte_size, page, width, height)
+SELECT $1, * FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::int[],
+                         $7::int[], $8::int[])
+ON CONFLICT (document_id, sha256) DO UPDATE
+SET object_key = excluded.object_key, media_type = excluded.media_type,
+    byte_size = excluded.byte_size, page = excluded.page, width = excluded.width,
+    height = excluded.height;
+
+-- name: document_assets
+-- A document's images, first page first.
+-- $1 document id
+SELECT sha256, object_key, media_type, byte_size, page, width, height, description
+FROM assets WHERE document_id = $1 ORDER BY page, sha256;
+
+-- name: describe_asset
+-- Per-image checkpoint of the vision stage.
+-- $1 document id, $2 sha256, $3 description
+UPDATE assets SET description = $3, described_at = now()
+WHERE document_id = $1 AND sha256 = $2;
+
+-- name: delete_chunks
+-- Forget all of a document's chunks (a new chunk run replaces text and image chunks;
+-- vision then adds the image chunks again).
+-- $1 document id
+DELETE FROM chunks WHERE document_id = $1;
+
+-- name: delete_image_chunks
+-- Forget a document's image chunks before vision writes them again.
+-- $1 document id
+DELETE FROM chunks WHERE document_id = $1 AND kind = 'image';
+
+-- name: next_chunk_ordinal
+-- Image chunks are numbered after the text chunks.
+-- $1 document id
+SELECT coalesce(max(ordinal) + 1, 0) FROM chunks WHERE document_id = $1 AND kind = 'text';
+
+-- name: insert_chunks
+-- Chunks of one kind.
+-- $1 document id, $2 kind, $3 generation, $4 ordinals, $5 texts, $6 first pages,
+-- $7 last pages, $8 sha256s
+INSERT INTO chunks (document_id, kind, generation, ordinal, text, page_start, page_end, sha256)
+SELECT $1, $2::ragline_chunk_kind, $3, * FROM unnest($4::int[], $5::text[], $6::int[],
+                                                     $7::int[], $8::text[]);
+
+-- name: document_chunks
+-- A document's chunks in order.
+-- $1 document id
+SELECT ordinal, kind::text AS kind, text, page_start, page_end, sha256, generation
+FROM chunks WHERE document_id = $1 ORDER BY ordinal;
+
+-- name: cached_embeddings
+-- Which of these texts already have a vector for this model.
+-- $1 model, $2 sha256s
+SELECT sha256 FROM embeddings WHERE model = $1 AND sha256 = ANY($2::text[]);
+
+-- name: insert_embedding
+-- One vector into the content-addressed cache; a concurrent writer's copy wins.
+-- $1 model, $2 sha256, $3 dimensions, $4 vector
+INSERT INTO embeddings (model, sha256, dimensions, vector) VALUES ($1, $2, $3, $4)
+ON CONFLICT (model, sha256) DO NOTHING;
+
+-- name: chunk_vectors
+-- A document's chunks with their vectors for one model (NULL where not embedded).
+-- $1 document id, $2 model
+SELECT c.ordinal, c.kind::text AS kind, c.text, c.page_start, c.page_end, c.generation,
+       e.vector
+FROM chunks AS c
+LEFT JOIN embeddings AS e ON e.model = $2 AND e.sha256 = c.sha256
+WHERE c.document_id = $1
+ORDER BY c.ordinal;

@@ -1,0 +1,14 @@
+"""ragline's RAG pipeline as a plugin of the engine (what ``python -m runtime`` loads)."""
+
+from __future__ import annotations
+
+from runtime.plugin import Plugin
+from stages import cli
+from stages.pipeline import DEFAULT_CONCURRENCY, STAGES, build
+
+plugin = Plugin(
+    stage_names=STAGES,
+    build=build,
+    default_concurrency=DEFAULT_CONCURRENCY,
+    commands=cli.COMMANDS,
+)

@@ -1,0 +1,244 @@
+"""The pipeline's commands: submit, ingest, search, delete, verify.
+
+They run under ``python -m runtime`` (the engine's CLI loads them through the plugin) and
+share its global options: database, data dir, log format, worker flags.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import sys
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import click
+import msgspec
+
+from runtime.cli import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    App,
+    guarded,
+    run_async,
+    worker_config,
+)
+from runtime.database import open_pool
+from runtime.documents import DocumentRepository
+from runtime.errors import RaglineError
+from runtime.models import Document, DocumentStatus
+from runtime.repository import Pool
+from runtime.worker import Worker
+from stages.pipeline import pipeline_for, services_for
+from stages.progress import watch
+from stages.services import Services
+from stages.submit import submit as submit_one
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+force_option = click.option("--force", is_flag=True,
+                            help="Submit again even if the same bytes are already there.")
+
+
+class Refused(msgspec.Struct, frozen=True):
+    path: str
+    reason: str
+
+
+class SubmitResult(msgspec.Struct, frozen=True):
+    path: str
+    document_id: uuid.UUID
+    created: bool
+
+
+def expand(paths: Sequence[str]) -> tuple[list[Path], list[Refused]]:
+    """Files as given, PDFs found in directories (recursively), globs expanded."""
+    files: list[Path] = []
+    refused: list[Refused] = []
+    for raw in paths:
+        matches = sorted(glob.glob(raw, recursive=True)) if glob.has_magic(raw) else [raw]
+        if not matches:
+            refused.append(Refused(raw, "no file matches"))
+        for match in matches:
+            path = Path(match)
+            if path.is_dir():
+                files.extend(sorted(p for p in path.rglob("*") if p.is_file()
+                                    and p.suffix.lower() == ".pdf"))
+            elif path.is_file():
+                files.append(path)
+            else:
+                refused.append(Refused(raw, "no such file or directory"))
+    return files, refused
+
+
+async def submit_paths(pool: Pool, services: Services, files: Iterable[Path], force: bool
+                       ) -> tuple[list[SubmitResult], list[Refused]]:
+    done: list[SubmitResult] = []
+    refused: list[Refused] = []
+    for path in files:
+        try:
+            result = await submit_one(pool, services.assets, path, force=force)
+        except RaglineError as exc:
+            refused.append(Refused(str(path), exc.message))
+            continue
+        done.append(SubmitResult(str(path), result.document_id, result.created))
+    return done, refused
+
+
+def report_refused(refused: Sequence[Refused]) -> None:
+    for r in refused:
+        click.echo(f"refused {r.path}: {r.reason}", err=True)
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True)
+@force_option
+@json_option
+@click.pass_obj
+def submit(app: App, paths: tuple[str, ...], force: bool, as_json: bool) -> None:
+    """Store PDFs and queue them for processing (files, directories, globs).
+
+    A file that is not a PDF or cannot be read is refused with one line; the rest go in.
+    Exit 0 when everything went in, 1 when something was refused.
+    """
+    files, refused = expand(paths)
+
+    async def go(dsn: str) -> tuple[list[SubmitResult], list[Refused]]:
+        services = services_for(app.build_context())
+        async with services.lifespan(), open_pool(dsn) as pool:
+            return await submit_paths(pool, services, files, force)
+
+    done, more = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    refused = refused + more
+    if as_json:
+        click.echo(json.dumps({"submitted": msgspec.to_builtins(done),
+                               "refused": msgspec.to_builtins(refused)}))
+    else:
+        for d in done:
+            click.echo(f"{'submitted' if d.created else 'already there'} {d.path} {d.document_id}")
+    report_refused(refused)
+    sys.exit(EXIT_FAILED if refused else EXIT_OK)
+
+
+class IngestSummary(msgspec.Struct, kw_only=True):
+    ready: list[dict[str, Any]]
+    failed: list[dict[str, Any]]
+    unfinished: list[dict[str, Any]]
+    refused: list[Refused]
+    interrupted: bool
+
+
+def summarize(docs: Sequence[Document], refused: list[Refused], interrupted: bool
+              ) -> IngestSummary:
+    def row(d: Document) -> dict[str, Any]:
+        return {"document_id": str(d.id), "filename": d.filename, "status": str(d.status),
+                "stage": d.stage, "error": d.error}
+
+    return IngestSummary(
+        ready=[row(d) for d in docs if d.status == DocumentStatus.READY],
+        failed=[row(d) for d in docs if d.status == DocumentStatus.FAILED],
+        unfinished=[row(d) for d in docs if d.status not in (DocumentStatus.READY,
+                                                             DocumentStatus.FAILED)],
+        refused=refused,
+        interrupted=interrupted,
+    )
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True)
+@force_option
+@json_option
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bars per stage [default: when stderr is a terminal].")
+@click.pass_context
+def ingest(ctx: click.Context, paths: tuple[str, ...], force: bool, as_json: bool,
+           progress: bool | None) -> None:
+    """Submit PDFs, then run every stage in this process until they are done.
+
+    Shows progress per stage and ends with a summary: ready, failed (with the stage and
+    the reason). Ctrl-C stops cleanly; running the same command again resumes where it
+    stopped and redoes nothing that finished. Exit 0: all ready; 1: some failed or were
+    refused; 130: interrupted.
+    """
+    app: App = ctx.obj
+    config = worker_config(app, ctx.find_root().meta["worker_opts"])
+    files, refused = expand(paths)
+    show = progress if progress is not None else sys.stderr.isatty()
+
+    async def go(dsn: str) -> IngestSummary:
+        services = services_for(app.build_context())
+        worker = Worker(pipeline_for(services), dsn, config)
+        async with open_pool(dsn) as pool:
+            done, more = await submit_paths(pool, services, files, force)
+            report_refused(more)
+            ids = list(dict.fromkeys(d.document_id for d in done))
+            finished = await run_until_done(worker, pool, ids, show)
+            docs = await DocumentRepository(pool).get_many(ids)
+            return summarize(docs, refused + more, interrupted=not finished)
+
+    report_refused(refused)
+    summary = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    print_summary(summary, as_json)
+    if summary.interrupted:
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(EXIT_FAILED if summary.failed or summary.refused or summary.unfinished else EXIT_OK)
+
+
+async def run_until_done(worker: Worker, pool: Pool, ids: list[uuid.UUID], show: bool) -> bool:
+    """Run ``worker`` until every document in ``ids`` is ready or failed; False if stopped
+    before that (Ctrl-C / SIGTERM)."""
+    done = anyio.Event()
+    async with anyio.create_task_group() as tg:
+
+        async def watcher() -> None:
+            await watch(pool, ids, worker.pipeline.names, show)
+            done.set()
+            worker.stop()
+
+        tg.start_soon(watcher)
+        await worker.run()
+        tg.cancel_scope.cancel()
+    return done.is_set()
+
+
+def print_summary(summary: IngestSummary, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(msgspec.to_builtins(summary)))
+        return
+    click.echo(f"ready: {len(summary.ready)}  failed: {len(summary.failed)}  "
+               f"unfinished: {len(summary.unfinished)}  refused: {len(summary.refused)}")
+    for d in summary.failed:
+        click.echo(f"failed {d['filename']} ({d['document_id']}): {d['error']}")
+    if summary.interrupted:
+        click.echo("interrupted: run the same command again to resume", err=True)
+
+
+@click.command()
+@click.argument("query")
+@click.option("--limit", "-k", default=5, show_default=True, help="How many chunks to show.")
+@json_option
+@click.pass_obj
+def search(app: App, query: str, limit: int, as_json: bool) -> None:
+    """Embed QUERY with the configured embedder and print the closest chunks."""
+
+    async def go(dsn: str) -> list[dict[str, Any]]:
+        services = services_for(app.build_context())
+        async with services.lifespan():
+            [vector] = await services.embedder.embed([query], "search_query")
+            hits = await services.index.search(services.collection, vector, limit)
+        return [{"score": round(h.score, 4), **h.payload} for h in hits]
+
+    hits = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    if as_json:
+        click.echo(json.dumps(hits))
+        return
+    for h in hits:
+        text = " ".join(str(h.get("text", "")).split())
+        click.echo(f"{h['score']:.3f}  {h.get('filename')}  p.{h.get('page_start')}"
+                   f"-{h.get('page_end')}  {h.get('document_id')}\n    {text[:200]}")
+
+
+COMMANDS: list[click.Command] = [submit, ingest, search]

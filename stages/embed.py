@@ -1,0 +1,69 @@
+"""embed: vectors for a document's chunks, cache first, misses in provider-sized batches.
+
+The cache is content-addressed (model + sha256 of the text), so unchanged text is never
+sent twice and re-indexing needs no embedding call. Each batch is checkpointed as it
+returns, so a crash wastes at most the batch in flight. Requests go through the process's
+aiolimiter; a 429 surfaces as RateLimited, which the engine snoozes without counting it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+from prometheus_client import Counter
+
+from runtime.errors import MissingInput
+from runtime.models import Job
+from runtime.stage import JobContext
+from stages import store
+from stages.services import Services
+
+CACHE_HITS = Counter("ragline_embed_cache_hits", "Chunks whose vector was already cached")
+CACHE_MISSES = Counter("ragline_embed_cache_misses", "Chunks sent to the embedder")
+REQUESTS = Counter("ragline_embed_requests", "Embedding requests sent")
+
+
+def batches(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+class EmbedStage:
+    name = "embed"
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    async def process(self, ctx: JobContext) -> None:
+        chunks = await store.chunks(ctx.pool, ctx.job.document_id)
+        if not chunks:
+            raise MissingInput(f"{ctx.job.filename}: no chunks to embed; run chunk first")
+        model = self.services.embedder.model
+        texts = {c.sha256: c.text for c in chunks}  # same text twice is embedded once
+        cached = await store.cached(ctx.pool, model, list(texts))
+        CACHE_HITS.inc(len(cached))
+        misses = [(sha, text) for sha, text in texts.items() if sha not in cached]
+        CACHE_MISSES.inc(len(misses))
+        for batch in batches(misses, self.services.embedder.max_batch):
+            await self._embed_batch(ctx, model, batch)
+
+    async def _embed_batch(self, ctx: JobContext, model: str,
+                           batch: Sequence[tuple[str, str]]) -> None:
+        limiter = self.services.limiter
+        async with limiter if limiter is not None else contextlib.nullcontext():
+            REQUESTS.inc()
+            vectors = await self.services.embedder.embed([t for _, t in batch],
+                                                         "search_document")
+        items = [(sha, vec) for (sha, _), vec in zip(batch, vectors, strict=True)]
+
+        async def write(conn: Any) -> None:
+            await store.insert_embeddings(conn, model, items)
+
+        await ctx.checkpoint(write)
+
+    async def write(self, conn: Any, job: Job, output: None) -> None:
+        """Every batch was checkpointed as it came back; nothing is left to write."""
+
+    async def on_failed(self, job: Job) -> None:
+        """Cached vectors stay: they are correct and shared by content."""

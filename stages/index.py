@@ -1,0 +1,65 @@
+"""index: a document's chunks and vectors → points in the vector index.
+
+Point ids derive from (document id, chunk ordinal) and every payload carries the
+generation, so the stage upserts this generation's points and then deletes the
+document's points of any other generation: a re-run after any crash converges to exactly
+one point per chunk. A permanently failed run removes what its generation wrote.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runtime.errors import MissingInput
+from runtime.models import Job
+from runtime.stage import JobContext
+from stages import store
+from stages.services import Services
+from stages.vector_index import new_point
+
+
+class IndexStage:
+    name = "index"
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    async def process(self, ctx: JobContext) -> None:
+        job = ctx.job
+        embedder = self.services.embedder
+        rows = await store.chunk_vectors(ctx.pool, job.document_id, embedder.model)
+        missing = [r.ordinal for r in rows if r.vector is None]
+        if missing:
+            raise MissingInput(
+                f"{job.filename}: {len(missing)} chunk(s) have no {embedder.model} vector; "
+                "reprocess --from embed"
+            )
+        collection = self.services.collection
+        index = self.services.index
+        await index.ensure_collection(collection, embedder.dimensions)
+        points = [new_point(job.document_id, r.ordinal, job.generation, r.vector or [],
+                            payload=payload(r, job)) for r in rows]
+        # One call for the whole document: the embedded index pays a shard load per call.
+        if points:
+            await index.upsert(collection, points)
+        await index.delete_document(collection, job.document_id,
+                                    keep_generation=job.generation)
+
+    async def write(self, conn: Any, job: Job, output: None) -> None:
+        """The points are written; the engine marks the document ready in its commit."""
+
+    async def on_failed(self, job: Job) -> None:
+        await self.services.index.delete_generation(
+            self.services.collection, job.document_id, job.generation
+        )
+
+
+def payload(row: store.ChunkVector, job: Job) -> dict[str, Any]:
+    return {
+        "ordinal": row.ordinal,
+        "kind": row.kind,
+        "text": row.text,
+        "page_start": row.page_start,
+        "page_end": row.page_end,
+        "filename": job.filename,
+    }

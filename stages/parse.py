@@ -1,0 +1,78 @@
+"""parse: the original PDF → text per page and the images in it (stored in the asset store).
+
+PyMuPDF works page by page in a worker thread, so memory stays flat in the page count and
+the event loop keeps heartbeating. Images are stored as they are found (keys derive from
+the document id and the image's hash, so a retry overwrites its own objects).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+import msgspec
+
+from runtime.documents import DocumentRepository
+from runtime.errors import MissingInput
+from runtime.models import Job
+from runtime.stage import JobContext
+from stages import store
+from stages.assets import image_key
+from stages.pdf import Image, iter_pages, open_pdf
+from stages.services import Services
+
+
+class ParseOutput(msgspec.Struct, frozen=True):
+    pages: list[store.Page]
+    assets: list[store.Asset]
+
+
+class ParseStage:
+    name = "parse"
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    async def process(self, ctx: JobContext) -> ParseOutput:
+        job = ctx.job
+        doc = await DocumentRepository(ctx.pool).get(job.document_id)
+        if doc is None or not doc.asset_key:
+            raise MissingInput(f"{job.filename}: the original is not in the asset store")
+        with tempfile.TemporaryDirectory(prefix="ragline-parse-") as tmp:
+            path = Path(tmp) / "original.pdf"
+            await self.services.assets.get_file(doc.asset_key, path)
+            return await anyio.to_thread.run_sync(self._parse, job, path, doc.filename)
+
+    def _parse(self, job: Job, path: Path, filename: str) -> ParseOutput:
+        """Runs in a worker thread; stores images through the event loop as it goes."""
+        s = self.services.settings
+        pages: list[store.Page] = []
+        assets: list[store.Asset] = []
+        pdf = open_pdf(str(path), name=filename)
+        try:
+            for text, images in iter_pages(pdf, min_image_px=s.min_image_px,
+                                           min_image_bytes=s.min_image_bytes,
+                                           max_image_pixels=s.max_image_pixels):
+                pages.append(store.Page(text.page, text.text))
+                assets.extend(self._store(job, image) for image in images)
+        finally:
+            pdf.close()
+        return ParseOutput(pages=pages, assets=assets)
+
+    def _store(self, job: Job, image: Image) -> store.Asset:
+        key = image_key(job.document_id, image.sha256, image.ext)
+        anyio.from_thread.run(self.services.assets.put, key, image.data, image.media_type)
+        return store.Asset(sha256=image.sha256, object_key=key, media_type=image.media_type,
+                           byte_size=len(image.data), page=image.page, width=image.width,
+                           height=image.height)
+
+    async def write(self, conn: Any, job: Job, output: ParseOutput) -> None:
+        await store.replace_pages(conn, job.document_id, output.pages)
+        await store.replace_assets(conn, job.document_id, output.assets)
+
+    async def on_failed(self, job: Job) -> None:
+        """Nothing to undo: images are content-addressed and go with the document."""

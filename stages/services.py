@@ -1,0 +1,100 @@
+"""The services the stages share in one process, built from the environment on first use.
+
+Lazy, so a worker that runs only ``--stages parse`` never loads the embedding model or
+opens the vector index. :meth:`Services.aclose` closes what was opened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+
+import msgspec
+from aiolimiter import AsyncLimiter
+
+from runtime.errors import ConfigurationError
+from stages.assets import AssetStore, asset_store_from_env
+from stages.chunking import ChunkConfig
+from stages.embedder import Embedder, embedder_from_env
+from stages.pdf import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MIN_IMAGE_BYTES, DEFAULT_MIN_IMAGE_PX
+from stages.vector_index import VectorIndex, collection_name, vector_index_from_env
+from stages.vision_model import VisionModel, vision_from_env
+
+DEFAULT_EMBED_RPM = 1000
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    try:
+        return int(raw) if raw else default
+    except ValueError as exc:
+        raise ConfigurationError(f"{name} must be a whole number, got {raw!r}") from exc
+
+
+class PipelineSettings(msgspec.Struct, frozen=True, kw_only=True):
+    chunk: ChunkConfig = msgspec.field(default_factory=ChunkConfig)
+    min_image_px: int = DEFAULT_MIN_IMAGE_PX
+    min_image_bytes: int = DEFAULT_MIN_IMAGE_BYTES
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+    #: Embedding requests per minute, per process (0: unlimited).
+    embed_rpm: int = DEFAULT_EMBED_RPM
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> PipelineSettings:
+        return cls(
+            chunk=ChunkConfig(
+                max_chars=_int(env, "RAGLINE_CHUNK_CHARS", 1000),
+                overlap_chars=_int(env, "RAGLINE_CHUNK_OVERLAP", 150),
+            ),
+            min_image_px=_int(env, "RAGLINE_MIN_IMAGE_PX", DEFAULT_MIN_IMAGE_PX),
+            max_image_pixels=_int(env, "RAGLINE_MAX_IMAGE_PIXELS", DEFAULT_MAX_IMAGE_PIXELS),
+            embed_rpm=_int(env, "RAGLINE_EMBED_RPM", DEFAULT_EMBED_RPM),
+        )
+
+
+class Services:
+    def __init__(self, env: Mapping[str, str], data_dir: Path) -> None:
+        self.env = dict(env)
+        self.data_dir = data_dir
+        self.settings = PipelineSettings.from_env(env)
+
+    @functools.cached_property
+    def assets(self) -> AssetStore:
+        return asset_store_from_env(self.env, self.data_dir)
+
+    @functools.cached_property
+    def embedder(self) -> Embedder:
+        return embedder_from_env(self.env)
+
+    @functools.cached_property
+    def vision(self) -> VisionModel:
+        return vision_from_env(self.env)
+
+    @functools.cached_property
+    def index(self) -> VectorIndex:
+        return vector_index_from_env(self.env, self.data_dir)
+
+    @functools.cached_property
+    def limiter(self) -> AsyncLimiter | None:
+        rpm = self.settings.embed_rpm
+        # max_rate per 60 s; a bucket of one minute lets a burst use a minute's budget.
+        return AsyncLimiter(rpm, 60) if rpm > 0 else None
+
+    @property
+    def collection(self) -> str:
+        return collection_name(self.embedder.model, self.embedder.dimensions)
+
+    async def aclose(self) -> None:
+        for name in ("embedder", "vision", "index", "assets"):
+            service = self.__dict__.get(name)
+            if service is not None:
+                await service.aclose()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await self.aclose()

@@ -1,0 +1,157 @@
+"""The pipeline's checkpoint tables: one typed method per named query.
+
+Writers take the connection of the engine's completion transaction (or of a fenced
+``ctx.checkpoint``); readers use a pool. asyncpg records stay in this module.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any, TypeAlias
+
+import asyncpg
+import msgspec
+
+import schema
+
+Q = schema.load("pipeline")
+Conn: TypeAlias = "asyncpg.Connection[Any]"
+Reader: TypeAlias = "asyncpg.Pool[Any] | asyncpg.Connection[Any]"
+
+
+class Page(msgspec.Struct, frozen=True):
+    page: int
+    text: str
+
+
+class Asset(msgspec.Struct, frozen=True, kw_only=True):
+    sha256: str
+    object_key: str
+    media_type: str
+    byte_size: int
+    page: int
+    width: int
+    height: int
+    description: str | None = None
+
+
+class ChunkRow(msgspec.Struct, frozen=True, kw_only=True):
+    ordinal: int
+    kind: str
+    text: str
+    page_start: int
+    page_end: int
+    sha256: str
+    generation: int
+
+
+class NewChunk(msgspec.Struct, frozen=True, kw_only=True):
+    text: str
+    page_start: int
+    page_end: int
+    sha256: str
+
+
+class ChunkVector(msgspec.Struct, frozen=True, kw_only=True):
+    ordinal: int
+    kind: str
+    text: str
+    page_start: int
+    page_end: int
+    generation: int
+    vector: list[float] | None
+
+
+async def replace_pages(conn: Conn, document_id: uuid.UUID, pages: Sequence[Page]) -> None:
+    await conn.execute(Q["delete_pages"], document_id)
+    await conn.execute(
+        Q["insert_pages"], document_id, [p.page for p in pages], [p.text for p in pages]
+    )
+
+
+async def pages(db: Reader, document_id: uuid.UUID) -> list[Page]:
+    return [Page(r["page"], r["text"]) for r in await db.fetch(Q["document_pages"], document_id)]
+
+
+async def replace_assets(conn: Conn, document_id: uuid.UUID, assets: Sequence[Asset]) -> None:
+    await conn.execute(Q["delete_assets_except"], document_id, [a.sha256 for a in assets])
+    if not assets:
+        return
+    await conn.execute(
+        Q["upsert_assets"],
+        document_id,
+        [a.sha256 for a in assets],
+        [a.object_key for a in assets],
+        [a.media_type for a in assets],
+        [a.byte_size for a in assets],
+        [a.page for a in assets],
+        [a.width for a in assets],
+        [a.height for a in assets],
+    )
+
+
+async def assets(db: Reader, document_id: uuid.UUID) -> list[Asset]:
+    rows = await db.fetch(Q["document_assets"], document_id)
+    return [Asset(**dict(r.items())) for r in rows]
+
+
+async def describe_asset(conn: Conn, document_id: uuid.UUID, sha256: str, text: str) -> None:
+    await conn.execute(Q["describe_asset"], document_id, sha256, text)
+
+
+async def replace_text_chunks(
+    conn: Conn, document_id: uuid.UUID, generation: int, chunks: Sequence[NewChunk]
+) -> None:
+    await conn.execute(Q["delete_chunks"], document_id)
+    await _insert_chunks(conn, document_id, "text", generation, 0, chunks)
+
+
+async def replace_image_chunks(
+    conn: Conn, document_id: uuid.UUID, generation: int, chunks: Sequence[NewChunk]
+) -> None:
+    await conn.execute(Q["delete_image_chunks"], document_id)
+    first = await conn.fetchval(Q["next_chunk_ordinal"], document_id)
+    await _insert_chunks(conn, document_id, "image", generation, int(first), chunks)
+
+
+async def _insert_chunks(
+    conn: Conn, document_id: uuid.UUID, kind: str, generation: int, first: int,
+    chunks: Sequence[NewChunk],
+) -> None:
+    if not chunks:
+        return
+    await conn.execute(
+        Q["insert_chunks"],
+        document_id,
+        kind,
+        generation,
+        list(range(first, first + len(chunks))),
+        [c.text for c in chunks],
+        [c.page_start for c in chunks],
+        [c.page_end for c in chunks],
+        [c.sha256 for c in chunks],
+    )
+
+
+async def chunks(db: Reader, document_id: uuid.UUID) -> list[ChunkRow]:
+    rows = await db.fetch(Q["document_chunks"], document_id)
+    return [ChunkRow(**dict(r.items())) for r in rows]
+
+
+async def cached(db: Reader, model: str, sha256s: Sequence[str]) -> set[str]:
+    rows = await db.fetch(Q["cached_embeddings"], model, list(sha256s))
+    return {r["sha256"] for r in rows}
+
+
+async def insert_embeddings(
+    conn: Conn, model: str, items: Sequence[tuple[str, Sequence[float]]]
+) -> None:
+    await conn.executemany(
+        Q["insert_embedding"], [(model, sha, len(vec), list(vec)) for sha, vec in items]
+    )
+
+
+async def chunk_vectors(db: Reader, document_id: uuid.UUID, model: str) -> list[ChunkVector]:
+    rows = await db.fetch(Q["chunk_vectors"], document_id, model)
+    return [ChunkVector(**dict(r.items())) for r in rows]

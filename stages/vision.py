@@ -1,0 +1,64 @@
+"""vision: each stored image described once (per-image checkpoint), as image chunks.
+
+A retry skips images already described. An image the model cannot read at all is
+recorded with an empty description and a warning: one bad picture does not fail the
+document. Transient model errors fail the attempt (the engine retries it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any
+
+from runtime.errors import PermanentError, one_line
+from runtime.models import Job
+from runtime.stage import JobContext
+from stages import store
+from stages.services import Services
+from stages.vision_model import NoVision
+
+log = logging.getLogger(__name__)
+
+
+def image_chunk(asset: store.Asset) -> store.NewChunk:
+    text = f"Image on page {asset.page}: {asset.description}"
+    return store.NewChunk(text=text, page_start=asset.page, page_end=asset.page,
+                          sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
+class VisionStage:
+    name = "vision"
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    async def process(self, ctx: JobContext) -> list[store.NewChunk]:
+        if isinstance(self.services.vision, NoVision):
+            return []
+        for asset in await store.assets(ctx.pool, ctx.job.document_id):
+            if asset.description is None:
+                await self._describe(ctx, asset)
+        described = await store.assets(ctx.pool, ctx.job.document_id)
+        return [image_chunk(a) for a in described if a.description and a.description.strip()]
+
+    async def _describe(self, ctx: JobContext, asset: store.Asset) -> None:
+        data = await self.services.assets.get(asset.object_key)
+        try:
+            text = await self.services.vision.describe(data, asset.media_type)
+        except PermanentError as exc:
+            log.warning("%s: image %s on page %d unreadable: %s", ctx.job.filename,
+                        asset.sha256[:12], asset.page, one_line(str(exc)))
+            text = ""
+        doc = ctx.job.document_id
+
+        async def write(conn: Any) -> None:
+            await store.describe_asset(conn, doc, asset.sha256, text)
+
+        await ctx.checkpoint(write)
+
+    async def write(self, conn: Any, job: Job, output: list[store.NewChunk]) -> None:
+        await store.replace_image_chunks(conn, job.document_id, job.generation, output)
+
+    async def on_failed(self, job: Job) -> None:
+        """Nothing outside PostgreSQL to undo."""

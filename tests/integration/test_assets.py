@@ -1,0 +1,160 @@
+"""One conformance suite for both asset stores: DirStore on a tmp dir, MinioStore on moto."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from runtime.errors import ConfigurationError, MissingInput, TransientError
+from stages.assets import (
+    AssetStore,
+    DirStore,
+    MinioConfig,
+    MinioStore,
+    asset_store_from_env,
+    document_prefix,
+    image_key,
+    original_key,
+    validate_key,
+)
+from tests.support.s3 import S3Server, closed_port, s3_server
+
+__all__ = ["s3_server"]
+
+pytestmark = pytest.mark.anyio
+
+SHA = hashlib.sha256(b"x").hexdigest()
+
+
+def _minio(server: S3Server, bucket: str) -> MinioStore:
+    config = MinioConfig(
+        endpoint=server.endpoint,
+        access_key=server.access_key,
+        secret_key=server.secret_key,
+        bucket=bucket,
+    )
+    return MinioStore(config)
+
+
+@pytest.fixture(params=["dir", "minio"])
+async def store(
+    request: pytest.FixtureRequest, tmp_path: Path, s3_server: S3Server
+) -> AsyncIterator[AssetStore]:
+    made: AssetStore
+    if request.param == "dir":
+        made = DirStore(tmp_path / "assets")
+    else:
+        made = _minio(s3_server, f"ragline-{uuid.uuid4().hex[:12]}")
+    try:
+        yield made
+    finally:
+        await made.aclose()
+
+
+async def test_put_get_roundtrip_and_overwrite(store: AssetStore) -> None:
+    key = original_key(uuid.uuid4(), SHA)
+    await store.put(key, b"first", "application/pdf")
+    assert await store.get(key) == b"first"
+    await store.put(key, b"second", "application/pdf")
+    assert await store.get(key) == b"second"
+    assert await store.list(key) == [key]
+
+
+async def test_missing_key_is_missing_input_naming_the_key(store: AssetStore) -> None:
+    key = original_key(uuid.uuid4(), SHA)
+    with pytest.raises(MissingInput) as caught:
+        await store.get(key)
+    assert key in str(caught.value)
+    assert "\n" not in str(caught.value)
+    assert not await store.exists(key)
+
+
+async def test_exists_and_delete(store: AssetStore) -> None:
+    key = image_key(uuid.uuid4(), SHA, "PNG")
+    await store.put(key, b"img", "image/png")
+    assert await store.exists(key)
+    await store.delete(key)
+    assert not await store.exists(key)
+    await store.delete(key)  # deleting what is gone is fine
+
+
+async def test_list_and_delete_prefix_stay_within_one_document(store: AssetStore) -> None:
+    doc, other = uuid.uuid4(), uuid.uuid4()
+    keys = [original_key(doc, SHA), image_key(doc, "a" * 64, "png"), image_key(doc, SHA, "jpg")]
+    for key in [*keys, original_key(other, SHA)]:
+        await store.put(key, key.encode(), "application/octet-stream")
+    assert await store.list(document_prefix(doc)) == sorted(keys)
+    assert await store.list(f"documents/{str(doc)[:8]}") == sorted(keys)  # string prefix
+    assert await store.delete_prefix(document_prefix(doc)) == 3
+    assert await store.list(document_prefix(doc)) == []
+    assert await store.get(original_key(other, SHA)) == original_key(other, SHA).encode()
+    assert await store.delete_prefix(document_prefix(doc)) == 0
+
+
+async def test_put_file_and_get_file_stream(store: AssetStore, tmp_path: Path) -> None:
+    source = tmp_path / "user's file name.pdf"
+    payload = bytes(range(256)) * 40_000  # ~10 MB: several multipart parts on S3
+    source.write_bytes(payload)
+    key = original_key(uuid.uuid4(), hashlib.sha256(payload).hexdigest())
+    await store.put_file(key, source, "application/pdf")
+    target = tmp_path / "copy.pdf"
+    await store.get_file(key, target)
+    assert target.read_bytes() == payload
+    with pytest.raises(MissingInput):
+        await store.get_file(original_key(uuid.uuid4(), SHA), tmp_path / "none")
+
+
+@pytest.mark.parametrize("bad", ["", "/abs", "a/../b", "a//b", "a/./b", ".tmp-x", "a\\b"])
+async def test_unsafe_keys_are_rejected(store: AssetStore, bad: str) -> None:
+    with pytest.raises(ValueError):
+        await store.put(bad, b"x", "text/plain")
+    with pytest.raises(ValueError):
+        await store.get(bad)
+
+
+async def test_empty_prefix_cannot_wipe_the_store(store: AssetStore) -> None:
+    with pytest.raises(ValueError):
+        await store.delete_prefix("")
+
+
+async def test_minio_server_down_is_transient() -> None:
+    config = MinioConfig(endpoint=f"127.0.0.1:{closed_port()}", http_retries=0)
+    store = MinioStore(config)
+    try:
+        with pytest.raises(TransientError) as caught:
+            await store.get(original_key(uuid.uuid4(), SHA))
+        assert caught.value.__cause__ is not None
+    finally:
+        await store.aclose()
+
+
+async def test_dirstore_leaves_no_temp_files(tmp_path: Path) -> None:
+    store = DirStore(tmp_path)
+    key = original_key(uuid.uuid4(), SHA)
+    await store.put(key, b"x", "text/plain")
+    assert [p.name for p in (tmp_path / key).parent.iterdir()] == [key.rsplit("/", 1)[1]]
+
+
+def test_keys_never_use_file_names_and_validate_inputs() -> None:
+    doc = uuid.uuid4()
+    assert original_key(doc, SHA) == f"documents/{doc}/original-{SHA[:16]}"
+    assert image_key(doc, SHA, ".JPG") == f"documents/{doc}/images/{SHA[:16]}.jpg"
+    with pytest.raises(ValueError):
+        original_key(doc, "../../etc/passwd")
+    with pytest.raises(ValueError):
+        image_key(doc, SHA, "p/ng")
+    assert validate_key("documents/", prefix=True) == "documents/"
+
+
+def test_factory_picks_minio_only_when_endpoint_set(tmp_path: Path) -> None:
+    assert isinstance(asset_store_from_env({}, tmp_path), DirStore)
+    env = {"MINIO_ENDPOINT": "127.0.0.1:9", "MINIO_SECURE": "true"}
+    made = asset_store_from_env(env, tmp_path)
+    assert isinstance(made, MinioStore)
+    assert made.config.secure and made.config.bucket == "ragline"
+    with pytest.raises(ConfigurationError):
+        MinioConfig.from_env({"MINIO_ENDPOINT": "x:1", "MINIO_SECURE": "maybe"})

@@ -1,0 +1,400 @@
+"""Embedders over real connections: CohereEmbedder against FakeCohere on 127.0.0.1, and
+the local ONNX model on real text."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import anyio
+import httpx
+import numpy as np
+import pytest
+from cohere.core.api_error import ApiError
+
+from runtime.errors import ConfigurationError, PermanentError, RateLimited, TransientError
+from stages.cohere_errors import retry_after_s
+from stages.embedder import (
+    CohereEmbedder,
+    CohereEmbedderConfig,
+    LocalEmbedder,
+    embedder_from_env,
+)
+from tests.support.fake_cohere import FakeCohere, Fault, FaultRates, fake_vector
+
+DIMS = 32
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def server() -> Iterator[FakeCohere]:
+    with FakeCohere(dims=DIMS, api_key="test-key") as fake:
+        yield fake
+
+
+def _config(server: FakeCohere, **overrides: object) -> CohereEmbedderConfig:
+    settings: dict[str, object] = {
+        "api_key": "test-key",
+        "base_url": server.base_url,
+        "dimensions": DIMS,
+        "timeout_s": 5.0,
+    }
+    settings.update(overrides)
+    return CohereEmbedderConfig(**settings)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def cohere_embedder(server: FakeCohere) -> AsyncIterator[CohereEmbedder]:
+    embedder = CohereEmbedder(_config(server))
+    yield embedder
+    await embedder.aclose()
+
+
+# --------------------------------------------------------------------------- Cohere
+
+
+async def test_cohere_embeds_in_order_in_batches_of_96(
+    server: FakeCohere, cohere_embedder: CohereEmbedder
+) -> None:
+    texts = [f"chunk number {i}" for i in range(200)]
+    vectors = await cohere_embedder.embed(texts, "search_document")
+
+    assert len(vectors) == 200
+    for text, vector in zip(texts, vectors, strict=True):
+        assert len(vector) == DIMS
+        assert np.allclose(vector, fake_vector(text, DIMS), atol=1e-6)
+    stats = server.snapshot()
+    assert stats.requests == {"embed": 3}  # 96 + 96 + 8
+    assert stats.max_batch == 96
+    assert stats.texts_embedded == 200
+    assert stats.input_types == {"search_document": 3}
+    assert stats.output_dimensions == {str(DIMS): 3}
+
+
+async def test_cohere_vectors_are_unit_length_and_query_type_is_sent(
+    server: FakeCohere, cohere_embedder: CohereEmbedder
+) -> None:
+    [vector] = await cohere_embedder.embed(["what is ragline?"], "search_query")
+    assert np.linalg.norm(vector) == pytest.approx(1.0, abs=1e-5)
+    assert server.snapshot().input_types == {"search_query": 1}
+
+
+async def test_cohere_model_key_and_limits(cohere_embedder: CohereEmbedder) -> None:
+    assert cohere_embedder.model == f"cohere/embed-v4.0@{DIMS}"
+    assert cohere_embedder.dimensions == DIMS
+    assert cohere_embedder.max_batch == 96
+
+
+async def test_cohere_empty_input_makes_no_request(
+    server: FakeCohere, cohere_embedder: CohereEmbedder
+) -> None:
+    assert await cohere_embedder.embed([], "search_document") == []
+    assert server.requests_to("embed") == 0
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 504, 408])
+async def test_cohere_server_errors_are_transient_and_not_retried_by_the_sdk(
+    server: FakeCohere, cohere_embedder: CohereEmbedder, status: int
+) -> None:
+    server.add_faults([Fault(status=status, message="boom\nsecond line")])
+    with pytest.raises(TransientError) as info:
+        await cohere_embedder.embed(["a", "b"], "search_document")
+
+    assert not isinstance(info.value, RateLimited)
+    assert info.value.message == f"cohere embed: HTTP {status}: boom second line"
+    assert isinstance(info.value.__cause__, ApiError)
+    assert server.requests_to("embed") == 1  # the SDK's own retries are off
+
+
+async def test_cohere_429_is_rate_limited_with_retry_after(
+    server: FakeCohere, cohere_embedder: CohereEmbedder
+) -> None:
+    server.add_faults([Fault(status=429, retry_after_s=7)])
+    with pytest.raises(RateLimited) as info:
+        await cohere_embedder.embed(["a"], "search_document")
+
+    assert info.value.retry_after_s == 7.0
+    assert info.value.message.startswith("cohere embed: HTTP 429: ")
+    assert server.requests_to("embed") == 1
+
+
+async def test_cohere_429_without_retry_after(
+    server: FakeCohere, cohere_embedder: CohereEmbedder
+) -> None:
+    server.add_faults([Fault(status=429)])
+    with pytest.raises(RateLimited) as info:
+        await cohere_embedder.embed(["a"], "search_document")
+    assert info.value.retry_after_s is None
+
+
+@pytest.mark.parametrize("status", [400, 403, 404, 422])
+async def test_cohere_client_errors_are_permanent(
+    server: FakeCohere, cohere_embedder: CohereEmbedder, status: int
+) -> None:
+    server.add_faults([Fault(status=status, message="invalid request: texts must not be empty")])
+    with pytest.raises(PermanentError) as info:
+        await cohere_embedder.embed([""], "search_document")
+
+    assert info.value.message == (
+        f"cohere embed: HTTP {status}: invalid request: texts must not be empty"
+    )
+    assert isinstance(info.value.__cause__, ApiError)
+    assert server.requests_to("embed") == 1
+
+
+async def test_cohere_wrong_api_key_is_permanent(server: FakeCohere) -> None:
+    embedder = CohereEmbedder(_config(server, api_key="wrong"))
+    try:
+        with pytest.raises(PermanentError, match=r"^cohere embed: HTTP 401: invalid api token$"):
+            await embedder.embed(["a"], "search_document")
+    finally:
+        await embedder.aclose()
+
+
+async def test_cohere_timeout_is_transient(server: FakeCohere) -> None:
+    embedder = CohereEmbedder(_config(server, timeout_s=0.3))
+    server.add_faults([Fault(delay_s=30)])
+    started = time.monotonic()
+    try:
+        with pytest.raises(TransientError, match=r"^cohere embed: timed out \(ReadTimeout\)$"):
+            await embedder.embed(["a"], "search_document")
+    finally:
+        await embedder.aclose()
+    assert time.monotonic() - started < 5
+    assert server.requests_to("embed") == 1
+
+
+async def test_cohere_connection_reset_is_transient_then_recovers(
+    server: FakeCohere, cohere_embedder: CohereEmbedder
+) -> None:
+    server.add_faults([Fault(reset=True)])
+    with pytest.raises(TransientError, match=r"^cohere embed: connection failed") as info:
+        await cohere_embedder.embed(["a"], "search_document")
+    assert info.value.__cause__ is not None
+    assert server.requests_to("embed") == 1
+    assert server.snapshot().statuses == {"reset": 1}
+
+    # The pool drops the dead connection: the next call goes through.
+    [vector] = await cohere_embedder.embed(["a"], "search_document")
+    assert np.allclose(vector, fake_vector("a", DIMS), atol=1e-6)
+
+
+async def test_cohere_connection_refused_is_transient() -> None:
+    with FakeCohere(dims=DIMS) as gone:
+        url = gone.base_url  # a port that was just ours and now listens to nobody
+    embedder = CohereEmbedder(CohereEmbedderConfig(api_key="k", base_url=url, dimensions=DIMS))
+    try:
+        with pytest.raises(TransientError, match=r"^cohere embed: connection failed \(Connect"):
+            await embedder.embed(["a"], "search_document")
+    finally:
+        await embedder.aclose()
+
+
+async def test_cohere_dimension_mismatch_is_permanent(server: FakeCohere) -> None:
+    # Older models take no output_dimension: the server answers at its own size (32).
+    embedder = CohereEmbedder(_config(server, model="embed-english-v3.0", dimensions=1024))
+    try:
+        with pytest.raises(PermanentError, match="returned 32-dim vectors, configured for 1024"):
+            await embedder.embed(["a"], "search_document")
+    finally:
+        await embedder.aclose()
+    assert server.snapshot().output_dimensions == {"None": 1}
+
+
+async def test_cohere_server_side_rate_limit() -> None:
+    with FakeCohere(dims=DIMS, rate_limit_per_s=1.0) as fake:
+        embedder = CohereEmbedder(
+            CohereEmbedderConfig(api_key="k", base_url=fake.base_url, dimensions=DIMS)
+        )
+        try:
+            await embedder.embed(["first"], "search_document")
+            with pytest.raises(RateLimited) as info:
+                await embedder.embed(["second"], "search_document")
+        finally:
+            await embedder.aclose()
+        assert info.value.retry_after_s is not None
+        assert 0 < info.value.retry_after_s <= 1.0
+        assert fake.snapshot().rate_limited == 1
+
+
+def test_retry_after_parses_seconds_and_http_dates() -> None:
+    assert retry_after_s({"Retry-After": "12"}) == 12.0
+    assert retry_after_s({"retry-after": "0.5"}) == 0.5
+    assert retry_after_s({"retry-after": "-3"}) == 0.0
+    now = 1_700_000_000.0  # Tue, 14 Nov 2023 22:13:20 GMT
+    date = "Tue, 14 Nov 2023 22:13:50 GMT"
+    assert retry_after_s({"Retry-After": date}, now_s=now) == pytest.approx(30.0)
+    assert retry_after_s({"Retry-After": "soon"}) is None
+    assert retry_after_s({}) is None
+    assert retry_after_s(None) is None
+
+
+# --------------------------------------------------------------------------- wiring
+
+
+async def test_embedder_from_env_reaches_cohere_base_url(server: FakeCohere) -> None:
+    env = {
+        "COHERE_API_KEY": "test-key",
+        "COHERE_BASE_URL": server.base_url,
+        "RAGLINE_EMBED_MODEL": "embed-v4.0",
+        "RAGLINE_EMBED_DIMENSIONS": str(DIMS),
+    }
+    embedder = embedder_from_env(env)
+    try:
+        assert isinstance(embedder, CohereEmbedder)
+        [vector] = await embedder.embed(["hello"], "search_document")
+    finally:
+        await embedder.aclose()
+    assert np.allclose(vector, fake_vector("hello", DIMS), atol=1e-6)
+    assert server.snapshot().models == {"embed-v4.0": 1}
+
+
+def test_embedder_from_env_choices() -> None:
+    assert isinstance(embedder_from_env({}), LocalEmbedder)
+    assert isinstance(embedder_from_env({"COHERE_API_KEY": "k"}), CohereEmbedder)
+    forced = embedder_from_env({"COHERE_API_KEY": "k", "RAGLINE_EMBEDDER": "local"})
+    assert isinstance(forced, LocalEmbedder)
+    with pytest.raises(ConfigurationError, match="needs COHERE_API_KEY"):
+        embedder_from_env({"RAGLINE_EMBEDDER": "cohere"})
+    with pytest.raises(ConfigurationError, match="local or cohere"):
+        embedder_from_env({"RAGLINE_EMBEDDER": "openai"})
+    with pytest.raises(ConfigurationError, match="invalid embedder setting"):
+        embedder_from_env({"COHERE_API_KEY": "k", "RAGLINE_EMBED_DIMENSIONS": "many"})
+
+
+# --------------------------------------------------------------------------- local
+
+
+@pytest.fixture(scope="module")
+def local() -> LocalEmbedder:
+    return LocalEmbedder()
+
+
+async def test_local_vectors_are_384_dim_unit_length(local: LocalEmbedder) -> None:
+    vectors = await local.embed(
+        ["a short sentence", "another one, a little longer"], "search_query"
+    )
+    assert local.model == "local/all-MiniLM-L6-v2-int8"
+    assert local.dimensions == 384
+    assert [len(v) for v in vectors] == [384, 384]
+    assert np.linalg.norm(vectors, axis=1) == pytest.approx([1.0, 1.0], abs=1e-5)
+    assert await local.embed([], "search_document") == []
+
+
+async def test_local_ranks_the_relevant_passage_first(local: LocalEmbedder) -> None:
+    passages = [
+        "To reset your password, open Settings and choose 'Forgot password'.",
+        "Quarterly revenue grew by 12 percent compared with the previous year.",
+        "Bananas are rich in potassium and vitamin B6.",
+        "PostgreSQL isolates concurrent transactions with multiversion concurrency control.",
+    ]
+    queries = {
+        "how can I change my login password": 0,
+        "company sales growth last quarter": 1,
+        "which fruit contains potassium": 2,
+        "how does the database handle concurrent writes": 3,
+    }
+    docs = np.asarray(await local.embed(passages, "search_document"))
+    for query, expected in queries.items():
+        [q] = await local.embed([query], "search_query")
+        scores = docs @ np.asarray(q)
+        assert int(np.argmax(scores)) == expected, (query, scores)
+        assert scores[expected] - np.partition(scores, -2)[-2] > 0.1
+
+
+async def test_local_order_and_batch_composition_do_not_change_vectors(
+    local: LocalEmbedder,
+) -> None:
+    texts = ["tiny", "a medium sized sentence about vectors", "word " * 300, "short again"]
+    together = np.asarray(await local.embed(texts, "search_document"))
+    reversed_ = np.asarray(await local.embed(texts[::-1], "search_document"))[::-1]
+    alone = np.asarray([(await local.embed([t], "search_document"))[0] for t in texts])
+    # Padding is masked out of the mean, so only float noise may differ.
+    assert np.allclose(together, reversed_, atol=1e-4)
+    assert np.allclose(together, alone, atol=1e-4)
+    assert np.isfinite(together).all()
+
+
+async def test_local_inference_leaves_the_event_loop_free(local: LocalEmbedder) -> None:
+    texts = [f"paragraph {i}: " + "retrieval augmented generation " * 40 for i in range(16)]
+    ticks = 0
+    done = anyio.Event()
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            await anyio.sleep(0.01)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ticker)
+        started = time.monotonic()
+        await local.embed(texts, "search_document")
+        elapsed = time.monotonic() - started
+        done.set()
+    # A blocking call would starve the ticker for the whole run; allow heavy CI noise.
+    assert elapsed > 0.05
+    assert ticks >= min(5, int(elapsed / 0.01) // 4)
+
+
+def test_local_missing_model_file_is_a_configuration_error(tmp_path: Path) -> None:
+    from stages.embedder import LocalEmbedderConfig
+
+    with pytest.raises(ConfigurationError, match="missing model file"):
+        LocalEmbedder(LocalEmbedderConfig(model_path=f"{tmp_path}/nope.onnx"))
+
+
+# --------------------------------------------------------------------------- the fake itself
+
+
+async def _statuses_under(rates: FaultRates, calls: int) -> list[str]:
+    seen: list[str] = []
+    with FakeCohere(dims=DIMS, rates=rates) as fake:
+        embedder = CohereEmbedder(CohereEmbedderConfig(api_key="k", base_url=fake.base_url))
+        try:
+            for i in range(calls):
+                try:
+                    await embedder.embed([f"t{i}"], "search_document")
+                    seen.append("ok")
+                except RateLimited:
+                    seen.append("429")
+                except TransientError:
+                    seen.append("transient")
+        finally:
+            await embedder.aclose()
+        assert fake.requests_to("embed") == calls
+    return seen
+
+
+async def test_fake_random_faults_are_reproducible_from_the_seed() -> None:
+    rates = FaultRates(error_500=0.3, rate_429=0.2, seed=7)
+    first = await _statuses_under(rates, 30)
+    assert first == await _statuses_under(rates, 30)
+    assert 3 <= first.count("transient") <= 18
+    assert 1 <= first.count("429") <= 14
+    assert first.count("ok") >= 5
+
+
+def test_fake_runs_standalone_with_stats_and_fault_control() -> None:
+    cmd = [sys.executable, "-m", "tests.support.fake_cohere", "--dims", "8", "--error-rate", "1"]
+    root = Path(__file__).resolve().parents[2]
+    with subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None
+            url = proc.stdout.readline().strip()
+            assert url.startswith("http://127.0.0.1:")
+            body = {"model": "embed-v4.0", "input_type": "search_query", "texts": ["x"]}
+            assert httpx.post(f"{url}/v2/embed", json=body).status_code == 500
+            httpx.post(f"{url}/_faults", json=[{"status": 418}]).raise_for_status()
+            assert httpx.post(f"{url}/v2/embed", json=body).status_code == 418
+            stats = httpx.get(f"{url}/_stats").json()
+            assert stats["requests"] == {"embed": 2}
+            assert stats["statuses"] == {"500": 1, "418": 1}
+        finally:
+            proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0

@@ -1,0 +1,317 @@
+"""One conformance suite for both vector indexes: QdrantIndex on qdrant-client's local mode
+(":memory:") and EdgeIndex on a tmp dir; plus EdgeIndex's multi-process behaviour."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import anyio
+import pytest
+
+from runtime.errors import MissingInput, PermanentError, RateLimited, TransientError
+from stages.vector_index import (
+    EdgeIndex,
+    EdgeIndexConfig,
+    Point,
+    QdrantConfig,
+    QdrantIndex,
+    VectorIndex,
+    collection_name,
+    new_point,
+    point_id,
+    vector_index_from_env,
+)
+from tests.support.s3 import closed_port
+
+pytestmark = pytest.mark.anyio
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DIM = 8
+COLLECTION = collection_name("test-model", DIM)
+
+
+def unit(i: int, dim: int = DIM) -> list[float]:
+    """A vector pointing mostly along axis ``i``, a little along the next one."""
+    vec = [0.0] * dim
+    vec[i % dim] = 1.0
+    vec[(i + 1) % dim] = 0.1
+    return vec
+
+
+def points(doc: uuid.UUID, generation: int, count: int, start: int = 0) -> list[Point]:
+    return [new_point(doc, n, generation, unit(n), {"ordinal": n}) for n in range(start, count)]
+
+
+@pytest.fixture(params=["qdrant-memory", "edge"])
+async def index(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[VectorIndex]:
+    made: VectorIndex
+    if request.param == "edge":
+        made = EdgeIndex(EdgeIndexConfig(root=tmp_path / "qdrant"))
+    else:
+        made = QdrantIndex(QdrantConfig(location=":memory:"))
+    try:
+        yield made
+    finally:
+        await made.aclose()
+
+
+async def test_ensure_collection_is_idempotent(index: VectorIndex) -> None:
+    await index.ensure_collection(COLLECTION, DIM)
+    doc = uuid.uuid4()
+    await index.upsert(COLLECTION, points(doc, 1, 5))
+    await index.ensure_collection(COLLECTION, DIM)
+    assert await index.count(COLLECTION) == 5
+    with pytest.raises(PermanentError):
+        await index.ensure_collection(COLLECTION, DIM + 1)
+
+
+async def test_upserting_same_ids_twice_does_not_duplicate(index: VectorIndex) -> None:
+    await index.ensure_collection(COLLECTION, DIM)
+    doc, other = uuid.uuid4(), uuid.uuid4()
+    await index.upsert(COLLECTION, points(doc, 1, 300))  # more than one batch
+    await index.upsert(COLLECTION, points(doc, 1, 300))
+    await index.upsert(COLLECTION, points(other, 1, 7))
+    assert await index.count(COLLECTION, doc) == 300
+    assert await index.count(COLLECTION, other) == 7
+    assert await index.count(COLLECTION) == 307
+    ids = await index.point_ids(COLLECTION, other)
+    assert sorted(ids) == sorted(point_id(other, n) for n in range(7))
+    assert len(await index.point_ids(COLLECTION, doc)) == 300
+
+
+async def test_delete_document_keep_generation_drops_only_stale_points(
+    index: VectorIndex,
+) -> None:
+    await index.ensure_collection(COLLECTION, DIM)
+    doc, other = uuid.uuid4(), uuid.uuid4()
+    await index.upsert(COLLECTION, points(doc, 1, 10))  # generation 1: chunks 0..9
+    await index.upsert(COLLECTION, points(doc, 2, 6))  # generation 2 rewrote chunks 0..5
+    await index.upsert(COLLECTION, points(other, 1, 4))
+    await index.delete_document(COLLECTION, doc, keep_generation=2)
+    assert sorted(await index.point_ids(COLLECTION, doc)) == sorted(
+        point_id(doc, n) for n in range(6)
+    )
+    assert await index.count(COLLECTION, other) == 4
+    await index.delete_document(COLLECTION, doc)
+    assert await index.count(COLLECTION, doc) == 0
+    assert await index.count(COLLECTION, other) == 4
+
+
+async def test_delete_generation_removes_what_one_run_wrote(index: VectorIndex) -> None:
+    await index.ensure_collection(COLLECTION, DIM)
+    doc = uuid.uuid4()
+    await index.upsert(COLLECTION, points(doc, 1, 10))
+    await index.upsert(COLLECTION, points(doc, 2, 13, start=10))  # a failed run's partial output
+    await index.delete_generation(COLLECTION, doc, 2)
+    assert await index.count(COLLECTION, doc) == 10
+    assert await index.count(COLLECTION) == 10
+
+
+async def test_search_returns_nearest_first(index: VectorIndex) -> None:
+    await index.ensure_collection(COLLECTION, DIM)
+    doc = uuid.uuid4()
+    await index.upsert(COLLECTION, points(doc, 1, DIM))
+    hits = await index.search(COLLECTION, unit(3), limit=3)
+    assert len(hits) == 3
+    assert hits[0].id == point_id(doc, 3)
+    assert math.isclose(hits[0].score, 1.0, abs_tol=1e-4)
+    assert hits[0].payload == {"document_id": str(doc), "generation": 1, "ordinal": 3}
+    assert hits[0].score > hits[1].score >= hits[2].score
+
+
+async def test_missing_collection(index: VectorIndex) -> None:
+    missing = collection_name("never-created", DIM)
+    with pytest.raises(MissingInput):
+        await index.count(missing)
+    with pytest.raises(MissingInput):
+        await index.search(missing, unit(0), limit=1)
+    with pytest.raises(MissingInput):
+        await index.upsert(missing, points(uuid.uuid4(), 1, 1))
+    await index.delete_document(missing, uuid.uuid4())  # nothing to delete is fine
+    await index.delete_generation(missing, uuid.uuid4(), 1)
+
+
+async def test_bad_input_is_rejected(index: VectorIndex) -> None:
+    await index.ensure_collection(COLLECTION, DIM)
+    bare = Point(id=uuid.uuid4(), vector=unit(0), payload={})
+    with pytest.raises(ValueError):
+        await index.upsert(COLLECTION, [bare])
+    with pytest.raises(PermanentError):
+        await index.upsert(COLLECTION, [new_point(uuid.uuid4(), 0, 1, [1.0, 2.0])])
+    with pytest.raises(ValueError):
+        await index.count("../escape")
+
+
+def test_names_and_ids() -> None:
+    assert collection_name("cohere/embed-v4.0", 1024) == "ragline_cohere_embed-v4_0_1024"
+    assert collection_name("MiniLM L6", 384) == "ragline_minilm_l6_384"
+    doc = uuid.uuid4()
+    assert point_id(doc, 1) == point_id(doc, 1) != point_id(doc, 2)
+    assert point_id(doc, 1) != point_id(uuid.uuid4(), 1)
+
+
+def test_factory(tmp_path: Path) -> None:
+    assert isinstance(vector_index_from_env({}, tmp_path), EdgeIndex)
+    assert isinstance(
+        vector_index_from_env({"QDRANT_URL": "http://127.0.0.1:9"}, tmp_path), QdrantIndex
+    )
+
+
+# -- QdrantIndex error mapping over real HTTP ----------------------------------------------
+
+
+async def test_qdrant_server_down_is_transient() -> None:
+    index = QdrantIndex(QdrantConfig(url=f"http://127.0.0.1:{closed_port()}", timeout_s=5))
+    try:
+        with pytest.raises(TransientError) as caught:
+            await index.ensure_collection(COLLECTION, DIM)
+        assert caught.value.__cause__ is not None
+    finally:
+        await index.aclose()
+
+
+@pytest.fixture
+def status_server() -> Iterator[tuple[str, list[int]]]:
+    """An HTTP server on loopback answering every request with the next queued status."""
+    statuses: list[int] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            status = statuses.pop(0) if statuses else 500
+            body = json.dumps({"status": {"error": f"status {status}"}}).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            if status == 429:
+                self.send_header("Retry-After", "7")
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_PUT = do_POST = _answer
+
+        def log_message(self, format: str, *args: object) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", statuses
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [(503, TransientError), (429, RateLimited), (400, PermanentError), (403, PermanentError)],
+)
+async def test_qdrant_http_status_mapping(
+    status_server: tuple[str, list[int]], status: int, expected: type[Exception]
+) -> None:
+    url, statuses = status_server
+    statuses.append(status)
+    index = QdrantIndex(QdrantConfig(url=url, timeout_s=5))
+    try:
+        with pytest.raises(expected) as caught:
+            await index.ensure_collection(COLLECTION, DIM)
+        assert type(caught.value) is expected
+        if status == 429:
+            assert isinstance(caught.value, RateLimited)
+            assert caught.value.retry_after_s == 7.0
+    finally:
+        await index.aclose()
+
+
+# -- EdgeIndex across processes -----------------------------------------------------------
+
+_WRITER = """
+import sys, uuid, anyio
+from pathlib import Path
+from stages.vector_index import EdgeIndex, EdgeIndexConfig, new_point
+
+root, own, shared, dim = Path(sys.argv[1]), uuid.UUID(sys.argv[2]), uuid.UUID(sys.argv[3]), 8
+
+def vec(n):
+    return [float((n * 7 + k) % 11) + 1.0 for k in range(dim)]
+
+async def main():
+    index = EdgeIndex(EdgeIndexConfig(root=root))
+    await index.ensure_collection(sys.argv[4], dim)
+    print("ready", flush=True)
+    sys.stdin.readline()  # wait for "go" so both writers run at the same time
+    for start in range(0, 2000, 256):
+        batch = [new_point(own, n, 1, vec(n)) for n in range(start, min(start + 256, 2000))]
+        await index.upsert(sys.argv[4], batch)
+        # Both writers also write the same ids of a shared document: upserts, not copies.
+        await index.upsert(sys.argv[4], [new_point(shared, n, 1, vec(n)) for n in range(50)])
+    await index.delete_document(sys.argv[4], own, keep_generation=1)
+    print("done", flush=True)
+
+anyio.run(main)
+"""
+
+
+def _spawn_writer(root: Path, own: uuid.UUID, shared: uuid.UUID) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(root), str(own), str(shared), COLLECTION],
+        cwd=REPO_ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_edge_two_processes_write_concurrently_and_counts_are_exact(tmp_path: Path) -> None:
+    # Synchronous on purpose: the work happens in the children, so one run is enough.
+    root = tmp_path / "qdrant"
+    docs = [uuid.uuid4(), uuid.uuid4()]
+    shared = uuid.uuid4()
+    writers = [_spawn_writer(root, doc, shared) for doc in docs]
+    try:
+        for writer in writers:
+            assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+        for writer in writers:
+            assert writer.stdin is not None
+            writer.stdin.write("go\n")
+            writer.stdin.flush()
+        for writer in writers:
+            out, _ = writer.communicate(timeout=90)
+            assert writer.returncode == 0 and out.strip() == "done"
+    finally:
+        for writer in writers:
+            if writer.poll() is None:
+                writer.kill()
+                writer.wait()
+    anyio.run(_check_counts, root, docs, shared)
+
+
+async def _check_counts(root: Path, docs: list[uuid.UUID], shared: uuid.UUID) -> None:
+    reopened = EdgeIndex(EdgeIndexConfig(root=root))  # a third process's view, after both
+    assert [await reopened.count(COLLECTION, doc) for doc in docs] == [2000, 2000]
+    assert await reopened.count(COLLECTION, shared) == 50
+    assert await reopened.count(COLLECTION) == 4050
+    assert len(set(await reopened.point_ids(COLLECTION, docs[0]))) == 2000
+
+
+async def test_edge_data_persists_across_reopen(tmp_path: Path) -> None:
+    config = EdgeIndexConfig(root=tmp_path / "qdrant")
+    first = EdgeIndex(config)
+    doc = uuid.uuid4()
+    await first.ensure_collection(COLLECTION, DIM)
+    await first.upsert(COLLECTION, points(doc, 1, DIM))
+    await first.aclose()
+    second = EdgeIndex(config)
+    assert await second.count(COLLECTION, doc) == DIM
+    hits = await second.search(COLLECTION, unit(5), limit=1)
+    assert hits[0].id == point_id(doc, 5)
+    await second.aclose()
