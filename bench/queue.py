@@ -36,8 +36,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from runtime.migrate import migrate
 from runtime.models import NewJob
-from runtime.repository import Q as JOB_QUERIES
 from runtime.repository import JobRepository
+from runtime.repository import Q as JOB_QUERIES
 from runtime.stage import Pipeline
 from runtime.worker import Worker, WorkerConfig
 from tests.support.db import with_database

@@ -8,8 +8,8 @@ from runtime.errors import (
     LeaseLost,
     MissingInput,
     PermanentError,
-    RateLimited,
     RaglineError,
+    RateLimited,
     TransientError,
 )
 from runtime.stage import JobContext, Pipeline, Stage

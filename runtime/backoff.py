@@ -26,7 +26,7 @@ def retry_delay_s(
     if attempt < 1:
         raise ValueError(f"attempt must be >= 1, got {attempt}")
     ceiling = min(base_s * 2 ** min(attempt - 1, 62), cap_s)
-    delay = ceiling / 2 + (rng or random).uniform(0, ceiling / 2)
+    delay: float = ceiling / 2 + (rng or random).uniform(0, ceiling / 2)
     if retry_after_s is not None:
         delay = max(delay, min(retry_after_s, cap_s))
     return delay
@@ -43,7 +43,8 @@ class Reconnect:
     def next_s(self) -> float:
         self.failures += 1
         ceiling = min(self.first_s * 2 ** min(self.failures - 1, 30), self.max_s)
-        return ceiling / 2 + random.uniform(0, ceiling / 2)
+        jittered: float = ceiling / 2 + random.uniform(0, ceiling / 2)
+        return jittered
 
     def reset(self) -> None:
         self.failures = 0

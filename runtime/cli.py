@@ -76,7 +76,9 @@ def parse_stages(value: str | None, known: tuple[str, ...]) -> tuple[str, ...]:
     stages = tuple(s.strip() for s in value.split(",") if s.strip())
     unknown = [s for s in stages if s not in known]
     if unknown:
-        raise click.BadParameter(f"unknown stage(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        raise click.BadParameter(
+            f"unknown stage(s) {', '.join(unknown)}; known: {', '.join(known)}"
+        )
     return stages
 
 
@@ -119,48 +121,130 @@ class PipelineGroup(click.Group):
         return super().get_command(ctx, cmd_name) or self._plugin_commands(ctx).get(cmd_name)
 
 
-def env_option(*decls: str, envvar: str, **kwargs: Any) -> Callable[[T], T]:
+def env_option(*decls: str, envvar: str, **kwargs: Any) -> Callable[[Any], Any]:
     return click.option(*decls, envvar=envvar, show_envvar=True, show_default=True, **kwargs)
 
 
-@click.group(cls=PipelineGroup, invoke_without_command=True,
-             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@env_option("--database-url", envvar="DATABASE_URL", default=None,
-            help="PostgreSQL URL. Unset: an embedded PostgreSQL under --data-dir.")
-@env_option("--data-dir", envvar="RAGLINE_DATA_DIR", default=".ragline",
-            type=click.Path(file_okay=False, path_type=Path),
-            help="Local state: embedded PostgreSQL, assets, vector index.")
-@env_option("--pipeline", envvar="RAGLINE_PIPELINE", default=DEFAULT_PIPELINE,
-            help="The pipeline to run, as module:attribute.")
-@env_option("--auto-migrate/--no-auto-migrate", envvar="RAGLINE_AUTO_MIGRATE", default=True,
-            help="Apply pending schema migrations on start.")
-@env_option("--log-level", envvar="RAGLINE_LOG_LEVEL", default="info",
-            type=click.Choice(["debug", "info", "warning", "error"]))
-@env_option("--log-format", envvar="RAGLINE_LOG_FORMAT", default="text",
-            type=click.Choice(["text", "json"]), help="One line per event; json for machines.")
-@env_option("--stages", envvar="RAGLINE_STAGES", default=None,
-            help="Worker mode: comma-separated stages this process serves [default: all].")
-@env_option("--concurrency", envvar="RAGLINE_CONCURRENCY", default=None,
-            help="Worker mode: jobs in flight per stage: N, or stage=N,... "
-                 "[default: the pipeline's per-stage defaults].")
-@env_option("--lease", "lease_s", envvar="RAGLINE_LEASE_S", default=DEFAULT_LEASE_S, type=float,
-            help="Seconds a claimed job stays leased without a heartbeat.")
-@env_option("--heartbeat", "heartbeat_s", envvar="RAGLINE_HEARTBEAT_S", default=0.0, type=float,
-            help="Seconds between lease renewals (0: a third of the lease).")
-@env_option("--poll", "poll_s", envvar="RAGLINE_POLL_S", default=DEFAULT_POLL_S, type=float,
-            help="Seconds between queue polls when no NOTIFY arrives.")
-@env_option("--grace", "grace_s", envvar="RAGLINE_GRACE_S", default=DEFAULT_GRACE_S, type=float,
-            help="On SIGTERM/SIGINT, seconds in-flight jobs get before they are released.")
-@env_option("--retry-base", "retry_base_s", envvar="RAGLINE_RETRY_BASE_S", default=2.0,
-            type=float, help="First retry delay in seconds; doubles per attempt, capped at 300.")
-@env_option("--rescue-every", "rescue_every_s", envvar="RAGLINE_RESCUE_S", default=5.0,
-            type=float, help="Seconds between sweeps for expired leases (every worker sweeps).")
-@env_option("--exit-when-idle", envvar="RAGLINE_EXIT_WHEN_IDLE", is_flag=True, default=False,
-            help="Worker mode: exit once no job of these stages is queued or running.")
-@env_option("--metrics-port", envvar="RAGLINE_METRICS_PORT", default=0, type=int,
-            help="Serve Prometheus metrics on this port (0: off).")
+@click.group(
+    cls=PipelineGroup,
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@env_option(
+    "--database-url",
+    envvar="DATABASE_URL",
+    default=None,
+    help="PostgreSQL URL. Unset: an embedded PostgreSQL under --data-dir.",
+)
+@env_option(
+    "--data-dir",
+    envvar="RAGLINE_DATA_DIR",
+    default=".ragline",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Local state: embedded PostgreSQL, assets, vector index.",
+)
+@env_option(
+    "--pipeline",
+    envvar="RAGLINE_PIPELINE",
+    default=DEFAULT_PIPELINE,
+    help="The pipeline to run, as module:attribute.",
+)
+@env_option(
+    "--auto-migrate/--no-auto-migrate",
+    envvar="RAGLINE_AUTO_MIGRATE",
+    default=True,
+    help="Apply pending schema migrations on start.",
+)
+@env_option(
+    "--log-level",
+    envvar="RAGLINE_LOG_LEVEL",
+    default="info",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+@env_option(
+    "--log-format",
+    envvar="RAGLINE_LOG_FORMAT",
+    default="text",
+    type=click.Choice(["text", "json"]),
+    help="One line per event; json for machines.",
+)
+@env_option(
+    "--stages",
+    envvar="RAGLINE_STAGES",
+    default=None,
+    help="Worker mode: comma-separated stages this process serves [default: all].",
+)
+@env_option(
+    "--concurrency",
+    envvar="RAGLINE_CONCURRENCY",
+    default=None,
+    help="Worker mode: jobs in flight per stage: N, or stage=N,... "
+    "[default: the pipeline's per-stage defaults].",
+)
+@env_option(
+    "--lease",
+    "lease_s",
+    envvar="RAGLINE_LEASE_S",
+    default=DEFAULT_LEASE_S,
+    type=float,
+    help="Seconds a claimed job stays leased without a heartbeat.",
+)
+@env_option(
+    "--heartbeat",
+    "heartbeat_s",
+    envvar="RAGLINE_HEARTBEAT_S",
+    default=0.0,
+    type=float,
+    help="Seconds between lease renewals (0: a third of the lease).",
+)
+@env_option(
+    "--poll",
+    "poll_s",
+    envvar="RAGLINE_POLL_S",
+    default=DEFAULT_POLL_S,
+    type=float,
+    help="Seconds between queue polls when no NOTIFY arrives.",
+)
+@env_option(
+    "--grace",
+    "grace_s",
+    envvar="RAGLINE_GRACE_S",
+    default=DEFAULT_GRACE_S,
+    type=float,
+    help="On SIGTERM/SIGINT, seconds in-flight jobs get before they are released.",
+)
+@env_option(
+    "--retry-base",
+    "retry_base_s",
+    envvar="RAGLINE_RETRY_BASE_S",
+    default=2.0,
+    type=float,
+    help="First retry delay in seconds; doubles per attempt, capped at 300.",
+)
+@env_option(
+    "--rescue-every",
+    "rescue_every_s",
+    envvar="RAGLINE_RESCUE_S",
+    default=5.0,
+    type=float,
+    help="Seconds between sweeps for expired leases (every worker sweeps).",
+)
+@env_option(
+    "--exit-when-idle",
+    envvar="RAGLINE_EXIT_WHEN_IDLE",
+    is_flag=True,
+    default=False,
+    help="Worker mode: exit once no job of these stages is queued or running.",
+)
+@env_option(
+    "--metrics-port",
+    envvar="RAGLINE_METRICS_PORT",
+    default=0,
+    type=int,
+    help="Serve Prometheus metrics on this port (0: off).",
+)
 @click.pass_context
-def main(ctx: click.Context, **opts: Any) -> None:
+def main(ctx: click.Context, /, **opts: Any) -> None:
     """ragline: PDFs to a vector index through leased, checkpointed stages on PostgreSQL.
 
     Without a command, runs stage workers (all stages, or --stages) until SIGTERM/SIGINT.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
 import asyncpg
 import msgspec
@@ -33,8 +32,13 @@ class DocumentRepository:
         self.jobs = JobRepository(pool)
 
     async def submit(
-        self, doc: NewDocument, first_stage: str, *, conn: Conn | None = None,
-        max_attempts: int = 3, priority: int = 0,
+        self,
+        doc: NewDocument,
+        first_stage: str,
+        *,
+        conn: Conn | None = None,
+        max_attempts: int = 3,
+        priority: int = 0,
     ) -> Submitted:
         """Insert ``doc`` and enqueue its first stage, in ``conn``'s transaction if given."""
         if conn is not None:
@@ -46,8 +50,15 @@ class DocumentRepository:
         self, conn: Conn, doc: NewDocument, stage: str, max_attempts: int, priority: int
     ) -> Submitted:
         new_id = await conn.fetchval(
-            D["insert_document"], doc.id, doc.filename, doc.media_type, doc.byte_size,
-            doc.sha256, doc.asset_key, doc.forced, stage,
+            D["insert_document"],
+            doc.id,
+            doc.filename,
+            doc.media_type,
+            doc.byte_size,
+            doc.sha256,
+            doc.asset_key,
+            doc.forced,
+            stage,
         )
         if new_id is None:
             existing = await conn.fetchrow(D["find_document_by_sha256"], doc.sha256)
@@ -71,8 +82,12 @@ class DocumentRepository:
             if generation is None:
                 return None
             await self.jobs.cancel_document_jobs(document_id, generation, conn=conn)
-            job = NewJob(document_id=document_id, stage=from_stage, generation=generation,
-                         max_attempts=max_attempts)
+            job = NewJob(
+                document_id=document_id,
+                stage=from_stage,
+                generation=generation,
+                max_attempts=max_attempts,
+            )
             await self.jobs.enqueue([job], conn=conn)
             return int(generation)
 
@@ -91,11 +106,15 @@ class DocumentRepository:
         rows = await (conn or self.pool).fetch(D["delete_documents"], list(ids))
         return [r["id"] for r in rows]
 
+    async def all_ids(self) -> list[uuid.UUID]:
+        return [r["id"] for r in await self.pool.fetch(D["all_document_ids"])]
+
+    async def list(self, status: str | None = None, limit: int = 100) -> list[Document]:
+        return [_document(r) for r in await self.pool.fetch(D["list_documents"], status, limit)]
+
     async def count_finished(self, ids: Sequence[uuid.UUID]) -> int:
         return int(await self.pool.fetchval(D["count_finished"], list(ids)))
 
     async def count_by_status(self) -> dict[str, int]:
         rows = await self.pool.fetch(D["count_documents_by_status"])
         return {r["status"]: int(r["n"]) for r in rows}
-
-

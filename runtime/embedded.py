@@ -163,13 +163,15 @@ def _owner(path: Path | None) -> pwd.struct_passwd | None:
         return None
 
 
-def _service_user(
-    preferred: str = EXISTING_SERVICE_USER, fallback: str = SERVICE_USER
-) -> pwd.struct_passwd:
+def _service_user(preferred: str | None = None, fallback: str | None = None) -> pwd.struct_passwd:
     """User ``preferred`` if it exists, else ``fallback``, created as a system user if needed.
+
+    They default to :data:`EXISTING_SERVICE_USER` and :data:`SERVICE_USER`, read at call time.
 
     :raises ConfigurationError: neither exists and ``fallback`` cannot be created.
     """
+    preferred = preferred or EXISTING_SERVICE_USER
+    fallback = fallback or SERVICE_USER
     for name in (preferred, fallback):
         with contextlib.suppress(KeyError):
             return pwd.getpwnam(name)

@@ -18,12 +18,12 @@ import msgspec
 
 import schema
 from runtime.models import Failure, Job, JobRow, JobState, NewJob
-from runtime.stage import Writer
+from runtime.stage import DbConn, Writer
 
 Q = schema.load("stage_jobs")
 W = schema.load("workers")
 
-Conn: TypeAlias = "asyncpg.Connection[Any]"
+Conn: TypeAlias = DbConn
 Pool: TypeAlias = "asyncpg.Pool[Any]"
 S = TypeVar("S", bound=msgspec.Struct)
 
@@ -177,6 +177,14 @@ class JobRepository:
     async def document_jobs(self, document_id: uuid.UUID) -> list[JobRow]:
         rows = await self.pool.fetch(Q["document_jobs"], document_id)
         return [to_struct(JobRow, r) for r in rows]
+
+    async def retry_failed(
+        self, stage: str | None, kind: str | None, document_ids: Sequence[uuid.UUID] | None
+    ) -> list[tuple[uuid.UUID, str]]:
+        """Requeue failed jobs by predicate; returns (document, stage) of each."""
+        ids = list(document_ids) if document_ids else None
+        rows = await self.pool.fetch(Q["retry_failed"], stage, kind, ids)
+        return [(r["document_id"], r["stage"]) for r in rows]
 
     async def register_worker(self, worker_id: str, stages: Sequence[str]) -> None:
         await self.pool.execute(W["upsert_worker"], worker_id, list(stages))

@@ -52,8 +52,15 @@ class Rescuer:
             for job in batch:
                 metrics.RESCUED.labels(job.stage).inc()
                 level = logging.ERROR if job.state is JobState.FAILED else logging.WARNING
-                log.log(level, "rescued job %d (%s, document %s): %s -> %s", job.id, job.stage,
-                        job.document_id, job.last_error, job.state)
+                log.log(
+                    level,
+                    "rescued job %d (%s, document %s): %s -> %s",
+                    job.id,
+                    job.stage,
+                    job.document_id,
+                    job.last_error,
+                    job.state,
+                )
             if len(batch) < self.config.batch:
                 return rescued
 

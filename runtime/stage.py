@@ -18,8 +18,10 @@ import msgspec
 from runtime.errors import ConfigurationError
 from runtime.models import Job
 
+#: A connection inside a transaction the engine opened (plain or pooled).
+DbConn: TypeAlias = "asyncpg.Connection[Any] | asyncpg.pool.PoolConnectionProxy[Any]"
 #: A function that writes into the database inside a transaction the engine opened.
-Writer: TypeAlias = Callable[["asyncpg.Connection[Any]"], Awaitable[None]]
+Writer: TypeAlias = Callable[[DbConn], Awaitable[None]]
 
 
 class JobContext(Protocol):
@@ -59,7 +61,7 @@ class Stage(Protocol):
         """
         ...
 
-    async def write(self, conn: asyncpg.Connection[Any], job: Job, output: Any) -> None:
+    async def write(self, conn: DbConn, job: Job, output: Any) -> None:
         """Write ``output`` inside the completion transaction (the checkpoint)."""
         ...
 

@@ -36,8 +36,7 @@ class FailureRow(msgspec.Struct, frozen=True, kw_only=True):
     finished_at: datetime | None
 
 
-async def overview(pool: Pool, stages: Sequence[str], workers: dict[str, int]
-                   ) -> list[StageStatus]:
+async def overview(pool: Pool, stages: Sequence[str], workers: dict[str, int]) -> list[StageStatus]:
     by_stage = {s: StageStatus(stage=s, workers=workers.get(s, 0)) for s in stages}
     for r in await pool.fetch(S["stage_overview"]):
         st = by_stage.setdefault(r["stage"], StageStatus(stage=r["stage"]))
@@ -57,8 +56,7 @@ async def progress(pool: Pool, ids: Sequence[uuid.UUID]) -> dict[str, dict[str, 
     return out
 
 
-async def failures(pool: Pool, stage: str | None, kind: str | None, limit: int
-                   ) -> list[FailureRow]:
+async def failures(pool: Pool, stage: str | None, kind: str | None, limit: int) -> list[FailureRow]:
     rows = await pool.fetch(S["failures"], stage, kind, limit)
     return [FailureRow(**dict(r.items())) for r in rows]
 

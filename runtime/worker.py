@@ -39,7 +39,7 @@ from runtime.errors import (
 from runtime.models import Failure, Job, JobState
 from runtime.repository import JobRepository, Pool
 from runtime.rescuer import Rescuer, RescuerConfig
-from runtime.stage import Pipeline, Stage, Writer
+from runtime.stage import DbConn, Pipeline, Stage, Writer
 
 log = logging.getLogger(__name__)
 
@@ -260,8 +260,11 @@ class Worker:
     async def _drain(self) -> None:
         """After claiming stopped: let jobs finish within the grace period, then cancel."""
         if self.inflight:
-            self.log.info("stopping: %d job(s) in flight, grace %.0fs", len(self.inflight),
-                          self.config.grace_s)
+            self.log.info(
+                "stopping: %d job(s) in flight, grace %.0fs",
+                len(self.inflight),
+                self.config.grace_s,
+            )
             with anyio.move_on_after(self.config.grace_s):
                 while self.inflight:
                     self._drained = anyio.Event()
@@ -345,12 +348,17 @@ class Worker:
         if isinstance(exc, CONNECTION_ERRORS) and not isinstance(exc, StageError):
             # Our database blinked: not the document's fault. Hand the job back.
             await self._db_error("stage", exc)
-            return Failure(message=one_line(f"database: {exc}"), kind="database",
-                           permanent=False, retry_after_s=1.0)
+            return Failure(
+                message=one_line(f"database: {exc}"),
+                kind="database",
+                permanent=False,
+                retry_after_s=1.0,
+            )
         return failure_of(exc)
 
-    async def _settle(self, flight: InFlight, outcome: Outcome, jlog: logging.LoggerAdapter[Any]
-                      ) -> None:
+    async def _settle(
+        self, flight: InFlight, outcome: Outcome, jlog: logging.LoggerAdapter[Any]
+    ) -> None:
         """Write the outcome, retrying through connection errors until the lease would
         have expired anyway (after that the sweep owns the job)."""
         deadline = flight.renewed_at + self.config.lease_s
@@ -362,13 +370,16 @@ class Worker:
             except CONNECTION_ERRORS as exc:
                 await self._db_error("settle", exc)
                 if time.monotonic() + reconnect.first_s >= deadline:
-                    jlog.warning("could not record outcome before the lease ran out; "
-                                 "the sweep will requeue the job")
+                    jlog.warning(
+                        "could not record outcome before the lease ran out; "
+                        "the sweep will requeue the job"
+                    )
                     return
                 await anyio.sleep(reconnect.next_s())
 
-    async def _write_outcome(self, flight: InFlight, outcome: Outcome,
-                             jlog: logging.LoggerAdapter[Any]) -> None:
+    async def _write_outcome(
+        self, flight: InFlight, outcome: Outcome, jlog: logging.LoggerAdapter[Any]
+    ) -> None:
         job, name = flight.job, flight.stage.name
         elapsed = time.monotonic() - flight.started_at
         if isinstance(outcome, Success):
@@ -384,13 +395,16 @@ class Worker:
             jlog.warning("lease lost; abandoned the job without committing")
         metrics.DURATION.labels(name, type(outcome).__name__.lower()).observe(elapsed)
 
-    async def _complete(self, flight: InFlight, output: Any,
-                        jlog: logging.LoggerAdapter[Any]) -> None:
+    async def _complete(
+        self, flight: InFlight, output: Any, jlog: logging.LoggerAdapter[Any]
+    ) -> None:
         job, stage = flight.job, flight.stage
         write: Writer | None = None
         if output is not None:
-            async def write(conn: asyncpg.Connection[Any]) -> None:
+
+            async def write(conn: DbConn) -> None:
                 await stage.write(conn, job, output)
+
         try:
             held = await self.repo.complete(
                 job, self.pipeline.next_stage(stage.name), write, self.clock.db_now()
@@ -407,19 +421,28 @@ class Worker:
             metrics.LEASE_LOST.labels(stage.name).inc()
             jlog.warning("lease lost before commit; nothing written")
 
-    async def _fail(self, flight: InFlight, failure: Failure,
-                    jlog: logging.LoggerAdapter[Any]) -> None:
+    async def _fail(
+        self, flight: InFlight, failure: Failure, jlog: logging.LoggerAdapter[Any]
+    ) -> None:
         job, name = flight.job, flight.stage.name
         now = self.clock.db_now()
         if failure.kind == RateLimited.kind:
-            delay = retry_delay_s(job.attempts, base_s=self.config.retry_base_s,
-                                  cap_s=self.config.retry_cap_s, retry_after_s=failure.retry_after_s)
+            delay = retry_delay_s(
+                job.attempts,
+                base_s=self.config.retry_base_s,
+                cap_s=self.config.retry_cap_s,
+                retry_after_s=failure.retry_after_s,
+            )
             await self.repo.release(job, delay, failure.message, failure.kind, now)
             metrics.RATE_LIMITED.labels(name).inc()
             jlog.info("rate-limited; retrying in %.1fs (attempt not counted)", delay)
             return
-        delay = retry_delay_s(job.attempts, base_s=self.config.retry_base_s,
-                              cap_s=self.config.retry_cap_s, retry_after_s=failure.retry_after_s)
+        delay = retry_delay_s(
+            job.attempts,
+            base_s=self.config.retry_base_s,
+            cap_s=self.config.retry_cap_s,
+            retry_after_s=failure.retry_after_s,
+        )
         state = await self.repo.retry_or_fail(job, failure, delay, now)
         if state is JobState.FAILED:
             metrics.FAILED.labels(name, failure.kind).inc()
@@ -427,8 +450,9 @@ class Worker:
             await self._undo(flight, jlog)
         elif state is JobState.QUEUED:
             metrics.RETRIED.labels(name, failure.kind).inc()
-            jlog.warning("attempt %d failed, retrying in %.1fs: %s", job.attempts, delay,
-                         failure.message)
+            jlog.warning(
+                "attempt %d failed, retrying in %.1fs: %s", job.attempts, delay, failure.message
+            )
         else:
             metrics.LEASE_LOST.labels(name).inc()
             jlog.warning("lease lost before recording failure: %s", failure.message)
@@ -528,8 +552,13 @@ class Worker:
     def _job_log(self, job: Job) -> logging.LoggerAdapter[Any]:
         return logging.LoggerAdapter(
             log,
-            {"worker": self.id, "job": job.id, "stage": job.stage, "document": job.document_id,
-             "attempt": job.attempts},
+            {
+                "worker": self.id,
+                "job": job.id,
+                "stage": job.stage,
+                "document": job.document_id,
+                "attempt": job.attempts,
+            },
         )
 
     async def _db_error(self, where: str, exc: BaseException) -> None:
@@ -538,11 +567,17 @@ class Worker:
             # Connections opened before the failure may be half-dead: replace them all on
             # their next use instead of finding out one query at a time.
             await self._repo.pool.expire_connections()
-        self.log.warning("database unavailable (%s): %s", where, one_line(f"{type(exc).__name__}: {exc}"))
+        self.log.warning(
+            "database unavailable (%s): %s", where, one_line(f"{type(exc).__name__}: {exc}")
+        )
 
 
-def run_worker(pipeline: Pipeline, dsn: str, config: WorkerConfig,
-               backend_options: Callable[[], dict[str, Any]] | None = None) -> None:
+def run_worker(
+    pipeline: Pipeline,
+    dsn: str,
+    config: WorkerConfig,
+    backend_options: Callable[[], dict[str, Any]] | None = None,
+) -> None:
     """Blocking entry point used by the CLI."""
     options = backend_options() if backend_options else {}
     anyio.run(Worker(pipeline, dsn, config).run, **options)

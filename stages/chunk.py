@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio.to_thread
 
 from runtime.errors import MissingInput
 from runtime.models import Job
-from runtime.stage import JobContext
+from runtime.stage import DbConn, JobContext
 from stages import store
 from stages.chunking import chunk_pages
 from stages.services import Services
@@ -29,12 +27,13 @@ class ChunkStage:
             lambda: chunk_pages([(p.page, p.text) for p in pages], config)
         )
         return [
-            store.NewChunk(text=c.text, page_start=c.page_start, page_end=c.page_end,
-                           sha256=c.sha256)
+            store.NewChunk(
+                text=c.text, page_start=c.page_start, page_end=c.page_end, sha256=c.sha256
+            )
             for c in chunks
         ]
 
-    async def write(self, conn: Any, job: Job, output: list[store.NewChunk]) -> None:
+    async def write(self, conn: DbConn, job: Job, output: list[store.NewChunk]) -> None:
         await store.replace_text_chunks(conn, job.document_id, job.generation, output)
 
     async def on_failed(self, job: Job) -> None:

@@ -27,20 +27,25 @@ from runtime.cli import (
     run_async,
     worker_config,
 )
+from runtime.commands import parse_ids
 from runtime.database import open_pool
 from runtime.documents import DocumentRepository
 from runtime.errors import RaglineError
 from runtime.models import Document, DocumentStatus
 from runtime.repository import Pool
 from runtime.worker import Worker
+from stages import store
+from stages import verify as verify_mod
+from stages.assets import document_prefix
 from stages.pipeline import pipeline_for, services_for
 from stages.progress import watch
 from stages.services import Services
 from stages.submit import submit as submit_one
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-force_option = click.option("--force", is_flag=True,
-                            help="Submit again even if the same bytes are already there.")
+force_option = click.option(
+    "--force", is_flag=True, help="Submit again even if the same bytes are already there."
+)
 
 
 class Refused(msgspec.Struct, frozen=True):
@@ -65,8 +70,9 @@ def expand(paths: Sequence[str]) -> tuple[list[Path], list[Refused]]:
         for match in matches:
             path = Path(match)
             if path.is_dir():
-                files.extend(sorted(p for p in path.rglob("*") if p.is_file()
-                                    and p.suffix.lower() == ".pdf"))
+                files.extend(
+                    sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() == ".pdf")
+                )
             elif path.is_file():
                 files.append(path)
             else:
@@ -74,8 +80,9 @@ def expand(paths: Sequence[str]) -> tuple[list[Path], list[Refused]]:
     return files, refused
 
 
-async def submit_paths(pool: Pool, services: Services, files: Iterable[Path], force: bool
-                       ) -> tuple[list[SubmitResult], list[Refused]]:
+async def submit_paths(
+    pool: Pool, services: Services, files: Iterable[Path], force: bool
+) -> tuple[list[SubmitResult], list[Refused]]:
     done: list[SubmitResult] = []
     refused: list[Refused] = []
     for path in files:
@@ -114,8 +121,11 @@ def submit(app: App, paths: tuple[str, ...], force: bool, as_json: bool) -> None
     done, more = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
     refused = refused + more
     if as_json:
-        click.echo(json.dumps({"submitted": msgspec.to_builtins(done),
-                               "refused": msgspec.to_builtins(refused)}))
+        click.echo(
+            json.dumps(
+                {"submitted": msgspec.to_builtins(done), "refused": msgspec.to_builtins(refused)}
+            )
+        )
     else:
         for d in done:
             click.echo(f"{'submitted' if d.created else 'already there'} {d.path} {d.document_id}")
@@ -131,17 +141,22 @@ class IngestSummary(msgspec.Struct, kw_only=True):
     interrupted: bool
 
 
-def summarize(docs: Sequence[Document], refused: list[Refused], interrupted: bool
-              ) -> IngestSummary:
+def summarize(docs: Sequence[Document], refused: list[Refused], interrupted: bool) -> IngestSummary:
     def row(d: Document) -> dict[str, Any]:
-        return {"document_id": str(d.id), "filename": d.filename, "status": str(d.status),
-                "stage": d.stage, "error": d.error}
+        return {
+            "document_id": str(d.id),
+            "filename": d.filename,
+            "status": str(d.status),
+            "stage": d.stage,
+            "error": d.error,
+        }
 
     return IngestSummary(
         ready=[row(d) for d in docs if d.status == DocumentStatus.READY],
         failed=[row(d) for d in docs if d.status == DocumentStatus.FAILED],
-        unfinished=[row(d) for d in docs if d.status not in (DocumentStatus.READY,
-                                                             DocumentStatus.FAILED)],
+        unfinished=[
+            row(d) for d in docs if d.status not in (DocumentStatus.READY, DocumentStatus.FAILED)
+        ],
         refused=refused,
         interrupted=interrupted,
     )
@@ -151,11 +166,15 @@ def summarize(docs: Sequence[Document], refused: list[Refused], interrupted: boo
 @click.argument("paths", nargs=-1, required=True)
 @force_option
 @json_option
-@click.option("--progress/--no-progress", default=None,
-              help="Progress bars per stage [default: when stderr is a terminal].")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Progress bars per stage [default: when stderr is a terminal].",
+)
 @click.pass_context
-def ingest(ctx: click.Context, paths: tuple[str, ...], force: bool, as_json: bool,
-           progress: bool | None) -> None:
+def ingest(
+    ctx: click.Context, paths: tuple[str, ...], force: bool, as_json: bool, progress: bool | None
+) -> None:
     """Submit PDFs, then run every stage in this process until they are done.
 
     Shows progress per stage and ends with a summary: ready, failed (with the stage and
@@ -208,8 +227,10 @@ def print_summary(summary: IngestSummary, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(msgspec.to_builtins(summary)))
         return
-    click.echo(f"ready: {len(summary.ready)}  failed: {len(summary.failed)}  "
-               f"unfinished: {len(summary.unfinished)}  refused: {len(summary.refused)}")
+    click.echo(
+        f"ready: {len(summary.ready)}  failed: {len(summary.failed)}  "
+        f"unfinished: {len(summary.unfinished)}  refused: {len(summary.refused)}"
+    )
     for d in summary.failed:
         click.echo(f"failed {d['filename']} ({d['document_id']}): {d['error']}")
     if summary.interrupted:
@@ -237,8 +258,135 @@ def search(app: App, query: str, limit: int, as_json: bool) -> None:
         return
     for h in hits:
         text = " ".join(str(h.get("text", "")).split())
-        click.echo(f"{h['score']:.3f}  {h.get('filename')}  p.{h.get('page_start')}"
-                   f"-{h.get('page_end')}  {h.get('document_id')}\n    {text[:200]}")
+        click.echo(
+            f"{h['score']:.3f}  {h.get('filename')}  p.{h.get('page_start')}"
+            f"-{h.get('page_end')}  {h.get('document_id')}\n    {text[:200]}"
+        )
 
 
 COMMANDS: list[click.Command] = [submit, ingest, search]
+
+
+@click.command()
+@click.argument("documents", nargs=-1)
+@click.option(
+    "--from",
+    "from_stage",
+    required=True,
+    type=click.Choice(["parse", "chunk", "vision", "embed", "index"]),
+    help="First stage to run again; earlier stages' checkpoints are reused.",
+)
+@click.option("--all", "all_docs", is_flag=True, help="Every document.")
+@click.option("--model", help="Documents with chunks that have no vector for this model.")
+@json_option
+@click.pass_obj
+def reprocess(
+    app: App,
+    documents: tuple[str, ...],
+    from_stage: str,
+    all_docs: bool,
+    model: str | None,
+    as_json: bool,
+) -> None:
+    """Run documents again from a stage: bumps their generation, cancels live jobs of the
+    old one and reuses the checkpoints of the stages before it."""
+    ids = parse_ids(documents)
+    if sum(bool(x) for x in (ids, all_docs, model)) != 1:
+        raise click.UsageError("give document ids, --all or --model (one of them)")
+
+    async def go(dsn: str) -> list[dict[str, Any]]:
+        async with open_pool(dsn) as pool:
+            docs = DocumentRepository(pool)
+            targets = ids or (
+                await docs.all_ids()
+                if all_docs
+                else await store.documents_missing_model(pool, model or "")
+            )
+            out = []
+            for doc_id in targets:
+                generation = await docs.reprocess(doc_id, from_stage)
+                out.append({"document_id": str(doc_id), "generation": generation})
+            return out
+
+    result = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    missing = [r["document_id"] for r in result if r["generation"] is None]
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        click.echo(f"reprocessing {len(result) - len(missing)} document(s) from {from_stage}")
+    for m in missing:
+        click.echo(f"ragline: no document {m}", err=True)
+    sys.exit(EXIT_FAILED if missing else EXIT_OK)
+
+
+@click.command()
+@click.argument("documents", nargs=-1, required=True)
+@json_option
+@click.pass_obj
+def delete(app: App, documents: tuple[str, ...], as_json: bool) -> None:
+    """Delete documents: their rows, stored files and points in the vector index."""
+    ids = parse_ids(documents)
+
+    async def go(dsn: str) -> list[str]:
+        services = services_for(app.build_context())
+        async with services.lifespan(), open_pool(dsn) as pool:
+            docs = DocumentRepository(pool)
+            found = [d.id for d in await docs.get_many(ids)]
+            for doc_id in found:
+                # Stop workers first (new generation), then remove what lives outside.
+                await docs.reprocess(doc_id, "parse", max_attempts=1)
+                await docs.delete([doc_id])
+                await services.index.delete_document(services.collection, doc_id)
+                await services.assets.delete_prefix(document_prefix(doc_id))
+            return [str(i) for i in found]
+
+    deleted = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    missing = [str(i) for i in ids if str(i) not in deleted]
+    if as_json:
+        click.echo(json.dumps({"deleted": deleted, "missing": missing}))
+    else:
+        click.echo(f"deleted {len(deleted)} document(s)")
+    for m in missing:
+        click.echo(f"ragline: no document {m}", err=True)
+    sys.exit(EXIT_FAILED if missing else EXIT_OK)
+
+
+@click.command("verify")
+@click.option("--repair", is_flag=True, help="Enqueue the jobs that fix what is found.")
+@json_option
+@click.pass_obj
+def verify_cmd(app: App, repair: bool, as_json: bool) -> None:
+    """Reconcile chunks in PostgreSQL with the vector index and the asset store.
+
+    Reports missing, extra (duplicate or orphan) and stale-generation points and missing
+    files per document. Exit 0 when clean, 1 when something was found.
+    """
+
+    async def go(dsn: str) -> verify_mod.Report:
+        services = services_for(app.build_context())
+        async with services.lifespan(), open_pool(dsn) as pool:
+            report = await verify_mod.verify(pool, services)
+            if repair:
+                await verify_mod.repair(pool, services, report)
+            return report
+
+    report = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    if as_json:
+        click.echo(json.dumps(msgspec.to_builtins(report)))
+    else:
+        click.echo(
+            f"{report.documents} document(s), {report.points} point(s), "
+            f"{len(report.problems)} problem(s)"
+        )
+        for p in report.problems:
+            click.echo(
+                f"  {p.document_id} {p.filename}: missing {p.missing_points}, "
+                f"extra {p.extra_points}, stale {p.stale_points}, "
+                f"files missing {len(p.missing_files)}"
+                + (" (orphan)" if p.orphan else "")
+                + (f" -> {p.repair}" if p.repair else "")
+            )
+    sys.exit(EXIT_OK if report.clean else EXIT_FAILED)
+
+
+COMMANDS.extend([reprocess, delete, verify_cmd])

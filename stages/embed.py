@@ -16,7 +16,7 @@ from prometheus_client import Counter
 
 from runtime.errors import MissingInput
 from runtime.models import Job
-from runtime.stage import JobContext
+from runtime.stage import DbConn, JobContext
 from stages import store
 from stages.services import Services
 
@@ -48,21 +48,21 @@ class EmbedStage:
         for batch in batches(misses, self.services.embedder.max_batch):
             await self._embed_batch(ctx, model, batch)
 
-    async def _embed_batch(self, ctx: JobContext, model: str,
-                           batch: Sequence[tuple[str, str]]) -> None:
+    async def _embed_batch(
+        self, ctx: JobContext, model: str, batch: Sequence[tuple[str, str]]
+    ) -> None:
         limiter = self.services.limiter
         async with limiter if limiter is not None else contextlib.nullcontext():
             REQUESTS.inc()
-            vectors = await self.services.embedder.embed([t for _, t in batch],
-                                                         "search_document")
+            vectors = await self.services.embedder.embed([t for _, t in batch], "search_document")
         items = [(sha, vec) for (sha, _), vec in zip(batch, vectors, strict=True)]
 
-        async def write(conn: Any) -> None:
+        async def write(conn: DbConn) -> None:
             await store.insert_embeddings(conn, model, items)
 
         await ctx.checkpoint(write)
 
-    async def write(self, conn: Any, job: Job, output: None) -> None:
+    async def write(self, conn: DbConn, job: Job, output: None) -> None:
         """Every batch was checkpointed as it came back; nothing is left to write."""
 
     async def on_failed(self, job: Job) -> None:

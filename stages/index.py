@@ -12,7 +12,7 @@ from typing import Any
 
 from runtime.errors import MissingInput
 from runtime.models import Job
-from runtime.stage import JobContext
+from runtime.stage import DbConn, JobContext
 from stages import store
 from stages.services import Services
 from stages.vector_index import new_point
@@ -37,15 +37,18 @@ class IndexStage:
         collection = self.services.collection
         index = self.services.index
         await index.ensure_collection(collection, embedder.dimensions)
-        points = [new_point(job.document_id, r.ordinal, job.generation, r.vector or [],
-                            payload=payload(r, job)) for r in rows]
+        points = [
+            new_point(
+                job.document_id, r.ordinal, job.generation, r.vector or [], payload=payload(r, job)
+            )
+            for r in rows
+        ]
         # One call for the whole document: the embedded index pays a shard load per call.
         if points:
             await index.upsert(collection, points)
-        await index.delete_document(collection, job.document_id,
-                                    keep_generation=job.generation)
+        await index.delete_document(collection, job.document_id, keep_generation=job.generation)
 
-    async def write(self, conn: Any, job: Job, output: None) -> None:
+    async def write(self, conn: DbConn, job: Job, output: None) -> None:
         """The points are written; the engine marks the document ready in its commit."""
 
     async def on_failed(self, job: Job) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.from_thread
@@ -19,7 +18,7 @@ import msgspec
 from runtime.documents import DocumentRepository
 from runtime.errors import MissingInput
 from runtime.models import Job
-from runtime.stage import JobContext
+from runtime.stage import DbConn, JobContext
 from stages import store
 from stages.assets import image_key
 from stages.pdf import Image, iter_pages, open_pdf
@@ -54,23 +53,32 @@ class ParseStage:
         assets: list[store.Asset] = []
         pdf = open_pdf(str(path), name=filename)
         try:
-            for text, images in iter_pages(pdf, min_image_px=s.min_image_px,
-                                           min_image_bytes=s.min_image_bytes,
-                                           max_image_pixels=s.max_image_pixels):
+            for text, images in iter_pages(
+                pdf,
+                min_image_px=s.min_image_px,
+                min_image_bytes=s.min_image_bytes,
+                max_image_pixels=s.max_image_pixels,
+            ):
                 pages.append(store.Page(text.page, text.text))
                 assets.extend(self._store(job, image) for image in images)
         finally:
-            pdf.close()
+            pdf.close()  # type: ignore[no-untyped-call]
         return ParseOutput(pages=pages, assets=assets)
 
     def _store(self, job: Job, image: Image) -> store.Asset:
         key = image_key(job.document_id, image.sha256, image.ext)
         anyio.from_thread.run(self.services.assets.put, key, image.data, image.media_type)
-        return store.Asset(sha256=image.sha256, object_key=key, media_type=image.media_type,
-                           byte_size=len(image.data), page=image.page, width=image.width,
-                           height=image.height)
+        return store.Asset(
+            sha256=image.sha256,
+            object_key=key,
+            media_type=image.media_type,
+            byte_size=len(image.data),
+            page=image.page,
+            width=image.width,
+            height=image.height,
+        )
 
-    async def write(self, conn: Any, job: Job, output: ParseOutput) -> None:
+    async def write(self, conn: DbConn, job: Job, output: ParseOutput) -> None:
         await store.replace_pages(conn, job.document_id, output.pages)
         await store.replace_assets(conn, job.document_id, output.assets)
 

@@ -24,8 +24,13 @@ def services_for(ctx: BuildContext) -> Services:
 
 def pipeline_for(services: Services) -> Pipeline:
     return Pipeline(
-        stages=[ParseStage(services), ChunkStage(services), VisionStage(services),
-                EmbedStage(services), IndexStage(services)],
+        stages=[
+            ParseStage(services),
+            ChunkStage(services),
+            VisionStage(services),
+            EmbedStage(services),
+            IndexStage(services),
+        ],
         lifespan=services.lifespan,
     )
 

@@ -20,9 +20,15 @@ POLL_S = 0.25
 async def watch(pool: Pool, ids: Sequence[uuid.UUID], stages: Sequence[str], show: bool) -> None:
     """Return once every document in ``ids`` is ready or failed."""
     docs = DocumentRepository(pool)
-    bars = Progress(TextColumn("{task.description:>7}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.fields[note]}"), TimeElapsedColumn(),
-                    console=Console(stderr=True), disable=not show)
+    bars = Progress(
+        TextColumn("{task.description:>7}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[note]}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        disable=not show,
+    )
     tasks = {s: bars.add_task(s, total=len(ids), note="") for s in stages}
     with bars:
         while True:

@@ -14,10 +14,11 @@ import asyncpg
 import msgspec
 
 import schema
+from runtime.stage import DbConn
 
 Q = schema.load("pipeline")
-Conn: TypeAlias = "asyncpg.Connection[Any]"
-Reader: TypeAlias = "asyncpg.Pool[Any] | asyncpg.Connection[Any]"
+Conn: TypeAlias = DbConn
+Reader: TypeAlias = "asyncpg.Pool[Any] | DbConn"
 
 
 class Page(msgspec.Struct, frozen=True):
@@ -116,7 +117,11 @@ async def replace_image_chunks(
 
 
 async def _insert_chunks(
-    conn: Conn, document_id: uuid.UUID, kind: str, generation: int, first: int,
+    conn: Conn,
+    document_id: uuid.UUID,
+    kind: str,
+    generation: int,
+    first: int,
     chunks: Sequence[NewChunk],
 ) -> None:
     if not chunks:
@@ -155,3 +160,7 @@ async def insert_embeddings(
 async def chunk_vectors(db: Reader, document_id: uuid.UUID, model: str) -> list[ChunkVector]:
     rows = await db.fetch(Q["chunk_vectors"], document_id, model)
     return [ChunkVector(**dict(r.items())) for r in rows]
+
+
+async def documents_missing_model(db: Reader, model: str) -> list[uuid.UUID]:
+    return [r["id"] for r in await db.fetch(Q["documents_missing_model"], model)]

@@ -70,8 +70,15 @@ async def submit(
     doc_id = uuid.uuid4()
     key = original_key(doc_id, info.sha256)
     await assets.put_file(key, path, PDF)
-    new = NewDocument(id=doc_id, filename=path.name, media_type=PDF, byte_size=info.byte_size,
-                      sha256=info.sha256, asset_key=key, forced=force)
+    new = NewDocument(
+        id=doc_id,
+        filename=path.name,
+        media_type=PDF,
+        byte_size=info.byte_size,
+        sha256=info.sha256,
+        asset_key=key,
+        forced=force,
+    )
     result = await docs.submit(new, FIRST_STAGE, conn=conn, max_attempts=max_attempts)
     if not result.created:  # lost a race with a concurrent submit of the same bytes
         await assets.delete(key)

@@ -125,6 +125,23 @@ class Hit(msgspec.Struct):
     payload: dict[str, Any]
 
 
+class PointRef(msgspec.Struct, frozen=True):
+    """A point's identity as the reconciler sees it."""
+
+    id: uuid.UUID
+    document_id: str
+    generation: int
+
+
+def point_ref(point_id: Any, payload: Mapping[str, Any] | None) -> PointRef:
+    body = payload or {}
+    return PointRef(
+        id=uuid.UUID(str(point_id)),
+        document_id=str(body.get(DOCUMENT_FIELD, "")),
+        generation=int(body.get(GENERATION_FIELD, 0)),
+    )
+
+
 class VectorIndex(Protocol):
     """A vector store with one collection per embedding model and dimension."""
 
@@ -146,6 +163,10 @@ class VectorIndex(Protocol):
 
     async def count(self, collection: str, document_id: uuid.UUID | None = None) -> int:
         """Exact number of points, in the collection or of one document."""
+        ...
+
+    async def scan(self, collection: str, document_id: uuid.UUID | None = None) -> list[PointRef]:
+        """Every point (of one document, or all) with its document and generation."""
         ...
 
     async def point_ids(self, collection: str, document_id: uuid.UUID) -> list[uuid.UUID]:
@@ -361,16 +382,19 @@ class QdrantIndex:
         return int(result.count)
 
     async def point_ids(self, collection: str, document_id: uuid.UUID) -> list[uuid.UUID]:
+        return [ref.id for ref in await self.scan(collection, document_id)]
+
+    async def scan(self, collection: str, document_id: uuid.UUID | None = None) -> list[PointRef]:
         await self._require(collection)
-        ids: list[uuid.UUID] = []
+        refs: list[PointRef] = []
         offset: qm.ExtendedPointId | None = None
         while True:
             records, offset = await self._call(
                 f"scroll {collection}", partial(self._scroll, collection, document_id, offset)
             )
-            ids.extend(uuid.UUID(str(record.id)) for record in records)
+            refs.extend(point_ref(record.id, record.payload) for record in records)
             if offset is None:
-                return ids
+                return refs
 
     async def search(self, collection: str, vector: Sequence[float], limit: int) -> list[Hit]:
         await self._require(collection)
@@ -396,14 +420,14 @@ class QdrantIndex:
             raise _translate_qdrant(exc, what) from exc
 
     async def _scroll(
-        self, collection: str, document_id: uuid.UUID, offset: qm.ExtendedPointId | None
+        self, collection: str, document_id: uuid.UUID | None, offset: qm.ExtendedPointId | None
     ) -> tuple[list[qm.Record], qm.ExtendedPointId | None]:
         return await self._client.scroll(
             collection,
-            scroll_filter=_document_filter(document_id),
+            scroll_filter=None if document_id is None else _document_filter(document_id),
             limit=SCROLL_PAGE,
             offset=offset,
-            with_payload=False,
+            with_payload=[DOCUMENT_FIELD, GENERATION_FIELD],
             with_vectors=False,
         )
 
@@ -535,8 +559,11 @@ class EdgeIndex:
         return await self._run(collection, "count", self._with_shard, lambda s: s.count(request))
 
     async def point_ids(self, collection: str, document_id: uuid.UUID) -> list[uuid.UUID]:
-        query = _edge_filter(document_id)
-        return await self._run(collection, "scroll", self._with_shard, _scroll_ids(query))
+        return [ref.id for ref in await self.scan(collection, document_id)]
+
+    async def scan(self, collection: str, document_id: uuid.UUID | None = None) -> list[PointRef]:
+        query = None if document_id is None else _edge_filter(document_id)
+        return await self._run(collection, "scroll", self._with_shard, _scroll_refs(query))
 
     async def search(self, collection: str, vector: Sequence[float], limit: int) -> list[Hit]:
         request = qe.SearchRequest(
@@ -605,18 +632,18 @@ class EdgeIndex:
             _create_shard(path, dimensions)
 
 
-def _scroll_ids(query: qe.Filter) -> Callable[[qe.EdgeShard], list[uuid.UUID]]:
-    def run(shard: qe.EdgeShard) -> list[uuid.UUID]:
-        ids: list[uuid.UUID] = []
+def _scroll_refs(query: qe.Filter | None) -> Callable[[qe.EdgeShard], list[PointRef]]:
+    def run(shard: qe.EdgeShard) -> list[PointRef]:
+        refs: list[PointRef] = []
         offset: Any = None
         while True:
             request = qe.ScrollRequest(
-                offset=offset, limit=SCROLL_PAGE, filter=query, with_payload=False
+                offset=offset, limit=SCROLL_PAGE, filter=query, with_payload=True
             )
             records, offset = shard.scroll(request)
-            ids.extend(uuid.UUID(str(record.id)) for record in records)
+            refs.extend(point_ref(record.id, record.payload) for record in records)
             if offset is None:
-                return ids
+                return refs
 
     return run
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import Any
 
 from runtime.errors import PermanentError, one_line
 from runtime.models import Job
-from runtime.stage import JobContext
+from runtime.stage import DbConn, JobContext
 from stages import store
 from stages.services import Services
 from stages.vision_model import NoVision
@@ -23,8 +22,12 @@ log = logging.getLogger(__name__)
 
 def image_chunk(asset: store.Asset) -> store.NewChunk:
     text = f"Image on page {asset.page}: {asset.description}"
-    return store.NewChunk(text=text, page_start=asset.page, page_end=asset.page,
-                          sha256=hashlib.sha256(text.encode()).hexdigest())
+    return store.NewChunk(
+        text=text,
+        page_start=asset.page,
+        page_end=asset.page,
+        sha256=hashlib.sha256(text.encode()).hexdigest(),
+    )
 
 
 class VisionStage:
@@ -47,17 +50,22 @@ class VisionStage:
         try:
             text = await self.services.vision.describe(data, asset.media_type)
         except PermanentError as exc:
-            log.warning("%s: image %s on page %d unreadable: %s", ctx.job.filename,
-                        asset.sha256[:12], asset.page, one_line(str(exc)))
+            log.warning(
+                "%s: image %s on page %d unreadable: %s",
+                ctx.job.filename,
+                asset.sha256[:12],
+                asset.page,
+                one_line(str(exc)),
+            )
             text = ""
         doc = ctx.job.document_id
 
-        async def write(conn: Any) -> None:
+        async def write(conn: DbConn) -> None:
             await store.describe_asset(conn, doc, asset.sha256, text)
 
         await ctx.checkpoint(write)
 
-    async def write(self, conn: Any, job: Job, output: list[store.NewChunk]) -> None:
+    async def write(self, conn: DbConn, job: Job, output: list[store.NewChunk]) -> None:
         await store.replace_image_chunks(conn, job.document_id, job.generation, output)
 
     async def on_failed(self, job: Job) -> None:

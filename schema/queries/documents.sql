@@ -54,3 +54,17 @@ SELECT status::text AS status, count(*) AS n FROM documents GROUP BY status;
 -- How many of these documents are ready or failed.
 -- $1 ids
 SELECT count(*) FROM documents WHERE id = ANY($1::uuid[]) AND status IN ('ready', 'failed');
+
+-- name: all_document_ids
+-- Every document, oldest first.
+SELECT id FROM documents ORDER BY created_at, id;
+
+-- name: list_documents
+-- Documents, newest first, optionally of one status.
+-- $1 status (NULL: any), $2 limit
+SELECT id, filename, media_type, byte_size, sha256, asset_key, status::text AS status, stage,
+       error, generation, created_at, updated_at
+FROM documents
+WHERE $1::text IS NULL OR status = $1::ragline_document_status
+ORDER BY created_at DESC, id
+LIMIT $2;

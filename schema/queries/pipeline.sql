@@ -96,3 +96,11 @@ FROM chunks AS c
 LEFT JOIN embeddings AS e ON e.model = $2 AND e.sha256 = c.sha256
 WHERE c.document_id = $1
 ORDER BY c.ordinal;
+
+-- name: documents_missing_model
+-- Documents with at least one chunk that has no vector for this model.
+-- $1 model
+SELECT DISTINCT c.document_id AS id
+FROM chunks AS c
+LEFT JOIN embeddings AS e ON e.model = $1 AND e.sha256 = c.sha256
+WHERE e.sha256 IS NULL;

@@ -210,3 +210,34 @@ SELECT id, document_id, stage, generation, state::text AS state, attempts, max_a
        priority, run_after, lease_owner, lease_token, lease_expires_at, last_error,
        error_kind, created_at, started_at, finished_at
 FROM stage_jobs WHERE document_id = $1 ORDER BY id;
+
+-- name: retry_failed
+-- Requeue failed jobs of failed documents (current generation) matching the filters, with
+-- a fresh attempt budget; their documents go back to pending at that stage.
+-- $1 stage (NULL: any), $2 error kind (NULL: any), $3 document ids (NULL: any)
+WITH picked AS (
+    SELECT j.id
+    FROM stage_jobs AS j
+    JOIN documents AS d ON d.id = j.document_id AND d.generation = j.generation
+    WHERE j.state = 'failed' AND d.status = 'failed'
+      AND ($1::text IS NULL OR j.stage = $1)
+      AND ($2::text IS NULL OR j.error_kind = $2)
+      AND ($3::uuid[] IS NULL OR j.document_id = ANY($3))
+    FOR UPDATE OF j
+), requeued AS (
+    UPDATE stage_jobs AS j
+    SET state = 'queued', attempts = 0, lost = 0, run_after = now(), finished_at = NULL
+    FROM picked
+    WHERE j.id = picked.id
+    RETURNING j.document_id, j.stage
+), docs AS (
+    UPDATE documents AS d
+    SET status = 'pending', stage = requeued.stage, error = NULL, updated_at = now()
+    FROM requeued
+    WHERE d.id = requeued.document_id
+    RETURNING d.id
+)
+SELECT r.document_id, r.stage,
+       (SELECT count(pg_notify('ragline_jobs', s.stage))
+        FROM (SELECT DISTINCT stage FROM requeued) AS s) AS notified
+FROM requeued AS r;

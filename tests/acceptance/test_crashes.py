@@ -38,8 +38,12 @@ def submit(dsn: str, n: int, stage: str = "parse") -> list[uuid.UUID]:
             docs = DocumentRepository(pool)
             out = []
             for i in range(n):
-                new = NewDocument(filename=f"doc{i}.pdf", media_type="application/pdf",
-                                  byte_size=1, sha256=uuid.uuid4().hex)
+                new = NewDocument(
+                    filename=f"doc{i}.pdf",
+                    media_type="application/pdf",
+                    byte_size=1,
+                    sha256=uuid.uuid4().hex,
+                )
                 out.append((await docs.submit(new, stage)).document_id)
             return out
 
@@ -99,8 +103,18 @@ def test_sigstopped_worker_past_its_lease_commits_nothing(dsn: str, start: Start
 def test_sigterm_releases_lease_for_another_worker_at_once(dsn: str, start: Start) -> None:
     submit(dsn, 1, stage="embed")
     # A long lease: the job must move on because it was released, not because it expired.
-    first = start(dsn, "--stages", "embed", "--lease", "120", "--grace", "0.3", "--poll", "0.2",
-                  RAGLINE_TEST_SLEEP="embed=60")
+    first = start(
+        dsn,
+        "--stages",
+        "embed",
+        "--lease",
+        "120",
+        "--grace",
+        "0.3",
+        "--poll",
+        "0.2",
+        RAGLINE_TEST_SLEEP="embed=60",
+    )
     wait_for(lambda: job_state(dsn, "embed")[0] == "running", what="the job to start")
     first.signal(signal.SIGTERM)
     assert first.wait(20) == 0, first.output()
@@ -115,13 +129,24 @@ def test_sigterm_releases_lease_for_another_worker_at_once(dsn: str, start: Star
 
 def test_connections_killed_mid_run_worker_reconnects(dsn: str, start: Start) -> None:
     ids = submit(dsn, 40)
-    worker = start(dsn, "--exit-when-idle", "--concurrency", "2", *FAST,
-                   RAGLINE_TEST_SLEEP="parse=0.02,chunk=0.02,vision=0.02,embed=0.02,index=0.02")
+    worker = start(
+        dsn,
+        "--exit-when-idle",
+        "--concurrency",
+        "2",
+        *FAST,
+        RAGLINE_TEST_SLEEP="parse=0.02,chunk=0.02,vision=0.02,embed=0.02,index=0.02",
+    )
     killed = 0
     for threshold in (30, 80, 130):
         wait_for(lambda t=threshold: len(effects(dsn)) >= t, what="progress")  # type: ignore[misc]
-        killed += len(sql(dsn, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                               "WHERE datname = current_database() AND pid <> pg_backend_pid()"))
+        killed += len(
+            sql(
+                dsn,
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            )
+        )
     assert killed >= 3, "the worker had no connections to kill"
     assert worker.wait(60) == 0, worker.output()
     assert "database unavailable" in worker.output() or "lease lost" in worker.output()
@@ -135,11 +160,20 @@ def test_help_names_every_flag_and_its_variable(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "runtime", "--help"], capture_output=True,
-                         text=True, check=True, cwd=Path(__file__).resolve().parents[2]).stdout
-    for flag, var in [("--stages", "RAGLINE_STAGES"), ("--concurrency", "RAGLINE_CONCURRENCY"),
-                      ("--database-url", "DATABASE_URL"), ("--lease", "RAGLINE_LEASE_S"),
-                      ("--exit-when-idle", "RAGLINE_EXIT_WHEN_IDLE")]:
+    out = subprocess.run(
+        [sys.executable, "-m", "runtime", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    ).stdout
+    for flag, var in [
+        ("--stages", "RAGLINE_STAGES"),
+        ("--concurrency", "RAGLINE_CONCURRENCY"),
+        ("--database-url", "DATABASE_URL"),
+        ("--lease", "RAGLINE_LEASE_S"),
+        ("--exit-when-idle", "RAGLINE_EXIT_WHEN_IDLE"),
+    ]:
         assert flag in out and var in out
 
 

@@ -1,8 +1,8 @@
 """Build the test corpus from extracted Debian packages (called by fetch.sh).
 
-    make_variants.py collect ROOT PDFS     copy each distinct PDF under ROOT into PDFS
-    make_variants.py broken PDFS OUT       write broken variants of a real PDF into OUT
-    make_variants.py big PDFS OUT PAGES    concatenate corpus PDFs into one of PAGES pages
+make_variants.py collect ROOT PDFS     copy each distinct PDF under ROOT into PDFS
+make_variants.py broken PDFS OUT       write broken variants of a real PDF into OUT
+make_variants.py big PDFS OUT PAGES    concatenate corpus PDFs into one of PAGES pages
 """
 
 # mypy: disallow-untyped-calls=False

@@ -2,32 +2,68 @@
 
 from __future__ import annotations
 
+import grp
+import logging
 import os
 import pwd
+import shutil
 import signal
-from collections.abc import Callable
+import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from runtime.embedded import EmbeddedPostgres, embedded_postgres
+import runtime.embedded
+from runtime.embedded import EmbeddedPostgres, _service_user, embedded_postgres
 from runtime.errors import ConfigurationError, DatabaseUnavailable
 from tests.support.embedded_helpers import (
     Child,
+    discard_cluster,
     embedded_base,
     embedded_template,
     fetchval,
     initialized_data_dir,
+    outside_location,
     postmaster_pid,
+    process_uid,
     python_for_postgres_user,
+    run_python_as_postgres,
     spawn_child,
+    throwaway_user_name,
+    user_exists,
     wait_for_exit,
 )
 
 # Fixtures, used by name.
-__all__ = ["embedded_base", "embedded_template", "initialized_data_dir", "spawn_child"]
+__all__ = [
+    "embedded_base",
+    "embedded_template",
+    "initialized_data_dir",
+    "spawn_child",
+    "throwaway_user_name",
+]
 
 SpawnChild = Callable[..., Child]
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the server to a user")
+can_add_users = pytest.mark.skipif(
+    os.geteuid() != 0 or not (shutil.which("useradd") or shutil.which("adduser")),
+    reason="needs root and useradd or adduser",
+)
+
+
+@pytest.fixture(params=["parent", "data dir"])
+def unreachable_data_dir(request: pytest.FixtureRequest, embedded_base: Path) -> Iterator[Path]:
+    """A data dir that only root can enter: under a mode-0700 parent, or mode 0700 itself."""
+    locked = embedded_base / "locked"
+    locked.mkdir(mode=0o700)
+    data_dir = locked / "data"
+    if request.param == "data dir":
+        locked.chmod(0o711)
+        data_dir.mkdir(mode=0o700)
+    yield data_dir
+    discard_cluster(data_dir)
 
 
 def test_first_acquire_starts_a_cluster_that_accepts_connections(embedded_base: Path) -> None:
@@ -173,19 +209,150 @@ def test_a_failed_start_names_the_log(initialized_data_dir: Path) -> None:
     assert "shared_buffers" in (data_dir / "pg" / "log").read_text()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the server to user postgres")
-def test_root_with_an_unreachable_data_dir_gets_a_configuration_error(
-    embedded_base: Path,
+@root_only
+def test_root_places_a_cluster_its_user_cannot_reach_under_var_tmp(
+    unreachable_data_dir: Path, spawn_child: SpawnChild, caplog: pytest.LogCaptureFixture
 ) -> None:
-    locked = embedded_base / "locked"
-    locked.mkdir(mode=0o700)
+    data_dir = unreachable_data_dir
+    outside = outside_location(data_dir)
+    cluster = EmbeddedPostgres(data_dir)
+
+    with caplog.at_level(logging.INFO, logger="runtime.embedded"):
+        dsn = cluster.acquire()
+
+    assert (data_dir / "pg.location").read_text().strip() == str(outside)
+    assert str(outside) in caplog.text
+    assert not (data_dir / "pg").exists()
+    mode = outside.stat()
+    assert stat.S_IMODE(mode.st_mode) == 0o700
+    assert mode.st_uid == process_uid(postmaster_pid(data_dir)) != 0
+    assert dsn == f"postgresql://postgres@/postgres?host={outside}/sock&port=5432"
+    assert fetchval(dsn, "show data_directory") == str(outside / "data")
+    assert (data_dir / "lock").exists()
+    system_id = fetchval(dsn, "select system_identifier from pg_control_system()")
+
+    child = spawn_child(data_dir)
+    assert child.dsn == dsn
+    assert len(list((data_dir / "users").iterdir())) == 2
+    assert EmbeddedPostgres(data_dir).stop() is True
+    assert not cluster.is_running()
+
+    with embedded_postgres(data_dir) as again:
+        assert again == dsn
+        assert fetchval(again, "select system_identifier from pg_control_system()") == system_id
+    assert not cluster.is_running()
+
+
+@root_only
+def test_root_does_not_move_an_existing_cluster_its_user_cannot_reach(
+    initialized_data_dir: Path,
+) -> None:
+    data_dir = initialized_data_dir
+    data_dir.chmod(0o700)
 
     with pytest.raises(ConfigurationError) as failure:
-        EmbeddedPostgres(locked / "data").acquire()
+        EmbeddedPostgres(data_dir).acquire()
 
-    assert f"cannot enter {locked} " in failure.value.message
+    assert f"cannot enter {data_dir} " in failure.value.message
     assert "DATABASE_URL" in failure.value.message
-    assert not (locked / "data").exists()
+    assert not (data_dir / "pg.location").exists()
+    assert not outside_location(data_dir).exists()
+
+
+_ACQUIRE_AND_REPORT = """
+import pathlib, sys
+from runtime.embedded import EmbeddedPostgres
+from runtime.errors import ConfigurationError
+try:
+    EmbeddedPostgres(pathlib.Path(sys.argv[1])).acquire()
+except ConfigurationError as exc:
+    print(exc.message)
+"""
+
+
+@pytest.mark.parametrize("missing", [True, False], ids=["missing", "existing"])
+def test_an_unprivileged_user_with_an_unwritable_data_dir_gets_a_configuration_error(
+    embedded_base: Path, missing: bool
+) -> None:
+    readonly = embedded_base / "readonly"
+    readonly.mkdir()
+    readonly.chmod(0o755 if os.geteuid() == 0 else 0o555)  # root-owned: postgres cannot write
+    data_dir = readonly / "data" if missing else readonly
+    if os.geteuid() == 0:
+        python = python_for_postgres_user()
+        if python is None:
+            pytest.skip("needs a Python with ragline's packages that user postgres can run")
+        result = run_python_as_postgres(python, _ACQUIRE_AND_REPORT, str(data_dir))
+        assert result.returncode == 0, result.stderr
+        message = result.stdout.strip()
+    else:
+        with pytest.raises(ConfigurationError) as failure:
+            EmbeddedPostgres(data_dir).acquire()
+        message = failure.value.message
+
+    assert message.startswith(f"ragline cannot create or write its data dir {data_dir} ")
+    assert "DATABASE_URL" in message
+    assert "\n" not in message
+    readonly.chmod(0o755)
+    assert not (data_dir / "lock").exists()
+
+
+@pytest.mark.skipif(not user_exists("postgres"), reason="needs user postgres")
+def test_the_service_user_is_postgres_when_it_exists(throwaway_user_name: str) -> None:
+    entry = _service_user(preferred="postgres", fallback=throwaway_user_name)
+
+    assert entry.pw_name == "postgres"
+    assert not user_exists(throwaway_user_name), "created a user although postgres exists"
+
+
+@can_add_users
+def test_a_missing_service_user_is_created_as_a_system_account(throwaway_user_name: str) -> None:
+    absent = f"{throwaway_user_name}-x"
+
+    entry = _service_user(preferred=absent, fallback=throwaway_user_name)
+
+    assert entry.pw_name == throwaway_user_name
+    assert entry.pw_uid != 0
+    assert entry.pw_shell.endswith(("nologin", "false"))
+    assert not Path(entry.pw_dir).exists()
+    assert grp.getgrgid(entry.pw_gid).gr_name == throwaway_user_name
+    assert not user_exists(absent)
+    assert _service_user(preferred=absent, fallback=throwaway_user_name) == entry
+
+
+def test_a_service_user_that_cannot_be_created_is_a_configuration_error(
+    throwaway_user_name: str,
+) -> None:
+    # ':' separates passwd fields: every useradd/adduser refuses it, as root or not.
+    with pytest.raises(ConfigurationError) as failure:
+        _service_user(preferred=throwaway_user_name, fallback="rgl:bad")
+
+    message = failure.value.message
+    assert f"no user '{throwaway_user_name}'" in message
+    assert "creating user 'rgl:bad' failed (" in message
+    assert message.endswith("set DATABASE_URL or run ragline as a non-root user")
+    assert "\n" not in message
+
+
+@can_add_users
+def test_root_without_a_postgres_user_creates_one_and_runs_the_cluster_as_it(
+    throwaway_user_name: str, embedded_base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fresh python image as root: no user postgres, a checkout under /root (mode 0700).
+    monkeypatch.setattr(runtime.embedded, "EXISTING_SERVICE_USER", f"{throwaway_user_name}-x")
+    monkeypatch.setattr(runtime.embedded, "SERVICE_USER", throwaway_user_name)
+    home = embedded_base / "root"
+    home.mkdir(mode=0o700)
+    data_dir = home / "checkout" / ".ragline"
+    try:
+        with embedded_postgres(data_dir) as dsn:
+            uid = pwd.getpwnam(throwaway_user_name).pw_uid
+            assert process_uid(postmaster_pid(data_dir)) == uid
+            assert outside_location(data_dir).stat().st_uid == uid
+            assert fetchval(dsn, "select 1") == 1
+        assert not EmbeddedPostgres(data_dir).is_running()
+    finally:
+        discard_cluster(data_dir)  # before userdel, which refuses a user with processes
 
 
 def test_an_unprivileged_process_runs_the_binaries_itself(embedded_base: Path) -> None:

@@ -16,6 +16,7 @@ from runtime.backoff import retry_delay_s
 from runtime.documents import DocumentRepository
 from runtime.models import DocumentStatus, Failure, Job, JobState, NewDocument
 from runtime.repository import JobRepository
+from runtime.stage import DbConn
 
 pytestmark = pytest.mark.anyio
 
@@ -162,11 +163,13 @@ async def test_lost_lease_commits_nothing(
     assert fresh.lease_token != stale.lease_token
     wrote: list[bool] = []
 
-    async def write(conn: asyncpg.Connection[Any]) -> None:
+    async def write(conn: DbConn) -> None:
         wrote.append(True)
 
     assert not await repo.complete(stale, "chunk", write)
-    assert await repo.retry_or_fail(stale, Failure(message="x", kind="e", permanent=True), 0) is None
+    assert (
+        await repo.retry_or_fail(stale, Failure(message="x", kind="e", permanent=True), 0) is None
+    )
     assert not await repo.release(stale)
     assert wrote == []
     assert [j.stage for j in await repo.document_jobs(doc_id)] == ["parse"]
@@ -180,10 +183,11 @@ async def test_writer_runs_in_the_completion_transaction(
     doc_id = await submit(docs)
     job = await claim_one(repo)
 
-    async def write(conn: asyncpg.Connection[Any]) -> None:
+    async def write(conn: DbConn) -> None:
         await conn.execute(
             "INSERT INTO test_effects (document_id, stage, job_id, pid) VALUES ($1,'parse',$2,0)",
-            doc_id, job.id,
+            doc_id,
+            job.id,
         )
         raise RuntimeError("writer broke")
 
@@ -266,7 +270,7 @@ async def test_sweep_requeues_expired_and_fails_exhausted(
 ) -> None:
     doc_id = await submit(docs)
     future = datetime.now().astimezone()
-    for n in range(3):
+    for _ in range(3):
         job = await claim_one(repo, now=future)
         future += timedelta(seconds=LEASE_S + 1)
         # Nothing expired yet at the claim time itself: the sweep is a no-op.
@@ -277,7 +281,6 @@ async def test_sweep_requeues_expired_and_fails_exhausted(
     doc = await docs.get(doc_id)
     assert doc is not None and doc.status == DocumentStatus.FAILED
     assert doc.error is not None and doc.error.startswith("parse: worker lost 3 times")
-    assert n == 2
 
 
 async def test_reprocess_cancels_old_generation(

@@ -14,7 +14,7 @@ from runtime.documents import DocumentRepository
 from runtime.errors import LeaseLost
 from runtime.models import DocumentStatus, JobState, NewDocument
 from runtime.repository import JobRepository
-from runtime.stage import JobContext, Pipeline
+from runtime.stage import DbConn, JobContext, Pipeline
 from runtime.worker import Context, Worker, WorkerConfig
 from tests.support.pipelines import STAGES, ScriptedStage
 
@@ -31,8 +31,9 @@ async def submit_many(pool: asyncpg.Pool[Any], n: int, stage: str = "parse") -> 
     docs = DocumentRepository(pool)
     ids = []
     for i in range(n):
-        doc = NewDocument(filename=f"d{i}.pdf", media_type="application/pdf", byte_size=1,
-                          sha256=uuid.uuid4().hex)
+        doc = NewDocument(
+            filename=f"d{i}.pdf", media_type="application/pdf", byte_size=1, sha256=uuid.uuid4().hex
+        )
         ids.append((await docs.submit(doc, stage)).document_id)
     return ids
 
@@ -58,8 +59,9 @@ async def run(pipeline: Pipeline, dsn: str, cfg: WorkerConfig, timeout_s: float 
 
 
 async def effects(pool: asyncpg.Pool[Any]) -> dict[tuple[uuid.UUID, str], int]:
-    rows = await pool.fetch("SELECT document_id, stage, count(*) AS n FROM test_effects "
-                            "GROUP BY 1, 2")
+    rows = await pool.fetch(
+        "SELECT document_id, stage, count(*) AS n FROM test_effects GROUP BY 1, 2"
+    )
     return {(r["document_id"], r["stage"]): r["n"] for r in rows}
 
 
@@ -99,8 +101,9 @@ async def test_transient_failure_retries_until_exhausted(dsn: str, pool: asyncpg
     assert got.error == "embed: scripted transient failure"
 
 
-async def test_unclassified_exception_is_retried_and_named(dsn: str, pool: asyncpg.Pool[Any]
-                                                           ) -> None:
+async def test_unclassified_exception_is_retried_and_named(
+    dsn: str, pool: asyncpg.Pool[Any]
+) -> None:
     [doc] = await submit_many(pool, 1, stage="index")
     index = ScriptedStage("index", fail="crash")
     stages = [index if s == "index" else ScriptedStage(s) for s in STAGES]
@@ -110,8 +113,9 @@ async def test_unclassified_exception_is_retried_and_named(dsn: str, pool: async
     assert index.calls == 3
 
 
-async def test_rate_limit_snoozes_without_counting_attempts(dsn: str, pool: asyncpg.Pool[Any]
-                                                            ) -> None:
+async def test_rate_limit_snoozes_without_counting_attempts(
+    dsn: str, pool: asyncpg.Pool[Any]
+) -> None:
     [doc] = await submit_many(pool, 1, stage="embed")
 
     class FlakyEmbed(ScriptedStage):
@@ -129,8 +133,9 @@ async def test_rate_limit_snoozes_without_counting_attempts(dsn: str, pool: asyn
     assert embed_job.attempts == 1
 
 
-async def test_heartbeat_cancels_job_whose_lease_was_taken(dsn: str, pool: asyncpg.Pool[Any]
-                                                           ) -> None:
+async def test_heartbeat_cancels_job_whose_lease_was_taken(
+    dsn: str, pool: asyncpg.Pool[Any]
+) -> None:
     [doc] = await submit_many(pool, 1)
     started = anyio.Event()
 
@@ -150,7 +155,7 @@ async def test_heartbeat_cancels_job_whose_lease_was_taken(dsn: str, pool: async
         await pool.execute("UPDATE stage_jobs SET lease_token = gen_random_uuid()")
         with anyio.fail_after(10):
             await worker.heartbeat_once()
-            while worker.inflight:
+            while worker.inflight:  # noqa: ASYNC110 - polling the worker's own state
                 await anyio.sleep(0.01)
         worker.stop()
     assert await effects(pool) == {}
@@ -165,7 +170,7 @@ async def test_checkpoint_refuses_after_lease_loss(dsn: str, pool: asyncpg.Pool[
     ctx = Context(job, repo)
     wrote: list[int] = []
 
-    async def write(conn: asyncpg.Connection[Any]) -> None:
+    async def write(conn: DbConn) -> None:
         wrote.append(1)
 
     await ctx.checkpoint(write)
@@ -186,8 +191,9 @@ async def test_stop_releases_inflight_jobs_after_grace(dsn: str, pool: asyncpg.P
             return 1
 
     stages = [Slow("parse")] + [ScriptedStage(s) for s in STAGES[1:]]
-    worker = Worker(Pipeline(stages=stages), dsn,
-                    config(exit_when_idle=False, stages=("parse",), grace_s=0.1))
+    worker = Worker(
+        Pipeline(stages=stages), dsn, config(exit_when_idle=False, stages=("parse",), grace_s=0.1)
+    )
     async with anyio.create_task_group() as tg:
         tg.start_soon(worker.run)
         with anyio.fail_after(10):
@@ -200,11 +206,16 @@ async def test_stop_releases_inflight_jobs_after_grace(dsn: str, pool: asyncpg.P
 async def test_worker_only_claims_its_stages(dsn: str, pool: asyncpg.Pool[Any]) -> None:
     await submit_many(pool, 3)
     at_embed = await submit_many(pool, 2, stage="embed")
-    await run(Pipeline(stages=[ScriptedStage(s) for s in STAGES]), dsn,
-              config(stages=("embed", "index"), concurrency={"embed": 2, "index": 2}))
+    await run(
+        Pipeline(stages=[ScriptedStage(s) for s in STAGES]),
+        dsn,
+        config(stages=("embed", "index"), concurrency={"embed": 2, "index": 2}),
+    )
     assert await effects(pool) == {(d, s): 1 for d in at_embed for s in ("embed", "index")}
-    rows = await pool.fetch("SELECT stage, state::text AS state, count(*) AS n FROM stage_jobs "
-                            "WHERE stage = 'parse' GROUP BY 1, 2")
+    rows = await pool.fetch(
+        "SELECT stage, state::text AS state, count(*) AS n FROM stage_jobs "
+        "WHERE stage = 'parse' GROUP BY 1, 2"
+    )
     assert [(r["stage"], r["state"], r["n"]) for r in rows] == [("parse", "queued", 3)]
 
 

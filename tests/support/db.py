@@ -35,9 +35,10 @@ def server_dsn() -> Iterator[str]:
         return
     from runtime.embedded import embedded_postgres
 
-    with tempfile.TemporaryDirectory(prefix="ragline-test-pg-") as tmp, embedded_postgres(
-        Path(tmp)
-    ) as dsn:
+    with (
+        tempfile.TemporaryDirectory(prefix="ragline-test-pg-") as tmp,
+        embedded_postgres(Path(tmp)) as dsn,
+    ):
         yield dsn
 
 

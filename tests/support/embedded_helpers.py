@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import grp
+import hashlib
 import json
 import os
+import pwd
+import secrets
 import shutil
 import signal
 import subprocess
@@ -77,6 +81,22 @@ def _postgres_can_import(python: UnprivilegedPython) -> bool:
         )
         return probe.returncode == 0
     return False
+
+
+def run_python_as_postgres(
+    python: UnprivilegedPython, code: str, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` as user postgres with ``python`` (see ``python_for_postgres_user``)."""
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), python.path]))
+    return subprocess.run(
+        ["runuser", "-u", "postgres", "--", python.executable, "-c", code, *args],
+        cwd="/",
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
 
 
 class Child:
@@ -154,7 +174,43 @@ def _alive(pid: int) -> bool:
 
 def postmaster_pid(data_dir: Path) -> int:
     """The pid the running server wrote to its postmaster.pid."""
-    return int((data_dir / "pg" / "data" / "postmaster.pid").read_text().split()[0])
+    return int((cluster_dir(data_dir) / "data" / "postmaster.pid").read_text().split()[0])
+
+
+def process_uid(pid: int) -> int:
+    """The real uid of process ``pid``."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no Uid line for process {pid}")
+
+
+def user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def outside_location(data_dir: Path) -> Path:
+    """Where the README says the cluster goes when its user cannot reach ``data_dir``."""
+    digest = hashlib.sha256(os.fsencode(os.path.realpath(data_dir))).hexdigest()[:16]
+    return Path("/var/tmp") / f"ragline-pg-{digest}"
+
+
+def cluster_dir(data_dir: Path) -> Path:
+    """The cluster's directory: the one ``pg.location`` records, else ``<data_dir>/pg``."""
+    location = data_dir / "pg.location"
+    return Path(location.read_text().strip()) if location.exists() else data_dir / "pg"
+
+
+def discard_cluster(data_dir: Path) -> None:
+    """Stop the cluster of ``data_dir`` and remove any directory it had outside it."""
+    EmbeddedPostgres(data_dir).stop()
+    for outside in {cluster_dir(data_dir), outside_location(data_dir)}:
+        if outside.parent == Path("/var/tmp"):
+            shutil.rmtree(outside, ignore_errors=True)
 
 
 def fetchval(dsn: str, sql: str) -> Any:
@@ -181,8 +237,9 @@ def _scratch_base() -> Iterator[Path]:
     try:
         yield base
     finally:
-        for data_dir in base.iterdir():
-            EmbeddedPostgres(data_dir).stop()
+        # Every data dir, at any depth (some tests put one under a locked directory).
+        for lock in sorted(base.rglob("lock")):
+            discard_cluster(lock.parent)
         shutil.rmtree(base)
 
 
@@ -228,3 +285,15 @@ def spawn_child() -> Iterator[Callable[..., Child]]:
     yield spawn
     for child in children:
         child.close()
+
+
+@pytest.fixture
+def throwaway_user_name() -> Iterator[str]:
+    """A user name that does not exist; the user and its group are deleted at teardown."""
+    name = f"rgl-test-{secrets.token_hex(4)}"
+    yield name
+    if user_exists(name):
+        subprocess.run(["userdel", name], check=True, capture_output=True, timeout=60)
+    with contextlib.suppress(KeyError):
+        grp.getgrnam(name)
+        subprocess.run(["groupdel", name], check=True, capture_output=True, timeout=60)

@@ -17,12 +17,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
-import asyncpg
 
 from runtime.errors import PermanentError, RateLimited, TransientError
 from runtime.models import Job
 from runtime.plugin import BuildContext, Plugin
-from runtime.stage import JobContext, Pipeline
+from runtime.stage import DbConn, JobContext, Pipeline
 
 STAGES = ("parse", "chunk", "vision", "embed", "index")
 
@@ -62,7 +61,7 @@ class ScriptedStage:
             raise_scripted(self.fail, ctx.job)
         return None if self.noop else os.getpid()
 
-    async def write(self, conn: asyncpg.Connection[Any], job: Job, output: Any) -> None:
+    async def write(self, conn: DbConn, job: Job, output: Any) -> None:
         await conn.execute(
             "INSERT INTO test_effects (document_id, stage, job_id, pid) VALUES ($1, $2, $3, $4)",
             job.document_id,
@@ -82,7 +81,8 @@ def raise_scripted(kind: str, job: Job) -> None:
     if what == "ratelimit":
         raise RateLimited("scripted 429", retry_after_s=float(arg or 1))
     if what == "transient":
-        raise TransientError("scripted transient failure", retry_after_s=float(arg) if arg else None)
+        retry_after = float(arg) if arg else None
+        raise TransientError("scripted transient failure", retry_after_s=retry_after)
     if what == "crash":
         raise ValueError("scripted bug")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +20,10 @@ class WorkerProcess:
         self._out = log.open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "runtime", *args],
-            cwd=REPO, env=env, stdout=self._out, stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=env,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
         )
 
     @property
@@ -48,8 +50,12 @@ class WorkerProcess:
 
 def worker_env(dsn: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGLINE_")}
-    env.update(DATABASE_URL=dsn, RAGLINE_PIPELINE=TEST_PIPELINE, PYTHONPATH=str(REPO),
-               RAGLINE_LOG_LEVEL="info")
+    env.update(
+        DATABASE_URL=dsn,
+        RAGLINE_PIPELINE=TEST_PIPELINE,
+        PYTHONPATH=str(REPO),
+        RAGLINE_LOG_LEVEL="info",
+    )
     env.update(extra)
     return env
 
@@ -79,5 +85,3 @@ def wait_for(check: Callable[[], bool], timeout_s: float = 30, what: str = "cond
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out waiting for {what}")
         time.sleep(0.05)
-
-

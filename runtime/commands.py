@@ -1,0 +1,184 @@
+"""The engine's own commands: status, failures, retry (any pipeline)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+import msgspec
+
+from runtime.cli import EXIT_FAILED, EXIT_OK, App, guarded, main, run_async
+from runtime.database import open_pool
+from runtime.documents import DocumentRepository
+from runtime.models import Document, JobRow, JobState
+from runtime.repository import JobRepository, Pool
+from runtime.status import StageStatus, failures, overview, queue_position
+
+#: A worker counts as live if seen within this many seconds (it heartbeats far more often).
+LIVE_WORKER_S = 120.0
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+def parse_ids(values: tuple[str, ...]) -> list[uuid.UUID]:
+    try:
+        return [uuid.UUID(v) for v in values]
+    except ValueError as exc:
+        raise click.BadParameter(f"not a document id: {exc}") from exc
+
+
+def emit(data: Any) -> None:
+    click.echo(json.dumps(msgspec.to_builtins(data), default=str))
+
+
+async def stage_table(pool: Pool, stages: tuple[str, ...]) -> list[StageStatus]:
+    workers = await JobRepository(pool).live_workers(LIVE_WORKER_S)
+    per_stage: dict[str, int] = {}
+    for w in workers:
+        for s in w.stages:
+            per_stage[s] = per_stage.get(s, 0) + 1
+    return await overview(pool, stages, per_stage)
+
+
+class Timeline(msgspec.Struct, kw_only=True):
+    document: Document
+    jobs: list[JobRow]
+    waiting: str | None
+
+
+async def why_waiting(pool: Pool, job: JobRow, workers: dict[str, int]) -> str | None:
+    """One line on why a live job is not done yet."""
+    now = datetime.now(UTC)
+    if job.state == JobState.RUNNING:
+        return f"running on {job.lease_owner} since {job.started_at:%H:%M:%S}"
+    if job.state != JobState.QUEUED:
+        return None
+    if job.run_after > now:
+        reason = "rate-limited" if job.error_kind == "rate_limited" else "backing off"
+        return f"{reason} until {job.run_after:%H:%M:%S} (last error: {job.last_error})"
+    if not workers.get(job.stage):
+        return f"no live worker serves stage {job.stage}; start one with --stages {job.stage}"
+    ahead = await queue_position(pool, job.id)
+    return f"queued behind {ahead} job(s) of stage {job.stage}" if ahead else "about to be claimed"
+
+
+async def timeline(pool: Pool, doc_id: uuid.UUID) -> Timeline | None:
+    doc = await DocumentRepository(pool).get(doc_id)
+    if doc is None:
+        return None
+    repo = JobRepository(pool)
+    jobs = await repo.document_jobs(doc_id)
+    workers: dict[str, int] = {}
+    for w in await repo.live_workers(LIVE_WORKER_S):
+        for s in w.stages:
+            workers[s] = workers.get(s, 0) + 1
+    live = [j for j in jobs if j.state in (JobState.QUEUED, JobState.RUNNING)]
+    waiting = await why_waiting(pool, live[-1], workers) if live else None
+    return Timeline(document=doc, jobs=jobs, waiting=waiting)
+
+
+def print_stages(rows: list[StageStatus]) -> None:
+    click.echo(f"{'stage':8} {'queued':>7} {'backoff':>8} {'running':>8} {'failed':>7} "
+               f"{'oldest queued':>14} {'oldest lease':>13} {'workers':>8}")
+    for r in rows:
+        click.echo(f"{r.stage:8} {r.queued:>7} {r.backing_off:>8} {r.running:>8} {r.failed:>7} "
+                   f"{r.oldest_queued_s:>13.0f}s {r.oldest_running_s:>12.0f}s {r.workers:>8}")
+
+
+def print_timeline(t: Timeline) -> None:
+    d = t.document
+    click.echo(f"{d.filename} {d.id}: {d.status} at {d.stage} (generation {d.generation})")
+    if d.error:
+        click.echo(f"  error: {d.error}")
+    for j in t.jobs:
+        took = None
+        if j.finished_at and j.started_at:
+            took = (j.finished_at - j.started_at).total_seconds()
+        line = f"  {j.stage:7} gen {j.generation} {j.state:9}"
+        line += f" attempts {j.attempts}/{j.max_attempts}"
+        line += f" {took:.2f}s" if took is not None else ""
+        line += f"  {j.last_error}" if j.last_error else ""
+        click.echo(line)
+    if t.waiting:
+        click.echo(f"  waiting: {t.waiting}")
+
+
+@main.command()
+@click.argument("document", required=False)
+@json_option
+@click.pass_obj
+def status(app: App, document: str | None, as_json: bool) -> None:
+    """Per stage: queued, backing off, running, failed, oldest ages, live workers.
+
+    With a DOCUMENT id: its timeline (stage, attempts, durations, errors) and why it waits.
+    """
+    doc_id = parse_ids((document,))[0] if document else None
+
+    async def go(dsn: str) -> Any:
+        async with open_pool(dsn) as pool:
+            if doc_id is None:
+                return await stage_table(pool, app.plugin.stage_names)
+            return await timeline(pool, doc_id)
+
+    result = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    if doc_id is not None and result is None:
+        click.echo(f"ragline: no document {doc_id}", err=True)
+        sys.exit(EXIT_FAILED)
+    if as_json:
+        emit(result)
+    elif doc_id is None:
+        print_stages(result)
+    else:
+        print_timeline(result)
+
+
+@main.command("failures")
+@click.option("--stage", help="Only failures of this stage.")
+@click.option("--error-kind", help="Only this kind (invalid_document, transient, ...).")
+@click.option("--limit", default=100, show_default=True)
+@json_option
+@click.pass_obj
+def failures_cmd(app: App, stage: str | None, error_kind: str | None, limit: int,
+                 as_json: bool) -> None:
+    """Failed documents: stage, kind and the one-line reason."""
+
+    async def go(dsn: str) -> Any:
+        async with open_pool(dsn) as pool:
+            return await failures(pool, stage, error_kind, limit)
+
+    rows = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    if as_json:
+        emit(rows)
+        return
+    for r in rows:
+        click.echo(f"{r.document_id} {r.filename} {r.stage} [{r.error_kind}] {r.last_error}")
+
+
+@main.command()
+@click.argument("documents", nargs=-1)
+@click.option("--stage", help="Only jobs that failed at this stage.")
+@click.option("--error-kind", help="Only jobs that failed with this kind.")
+@json_option
+@click.pass_obj
+def retry(app: App, documents: tuple[str, ...], stage: str | None, error_kind: str | None,
+          as_json: bool) -> None:
+    """Requeue failed documents at the stage that failed, with a fresh attempt budget.
+
+    Without filters, every failed document. Exit 0 when something was requeued.
+    """
+    ids = parse_ids(documents) or None
+
+    async def go(dsn: str) -> list[tuple[uuid.UUID, str]]:
+        async with open_pool(dsn) as pool:
+            return await JobRepository(pool).retry_failed(stage, error_kind, ids)
+
+    requeued = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    if as_json:
+        emit([{"document_id": str(d), "stage": s} for d, s in requeued])
+    else:
+        click.echo(f"requeued {len(requeued)} job(s)")
+    sys.exit(EXIT_OK if requeued else EXIT_FAILED)

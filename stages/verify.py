@@ -1,0 +1,116 @@
+"""Reconcile PostgreSQL's belief with the vector index and the asset store.
+
+Per ready document: every chunk has exactly one point of the current generation
+(missing, extra and stale points are reported), and the original and the images are in
+the asset store. Points of documents that no longer exist are orphans. ``repair`` enqueues
+the jobs that fix a document (index, or parse when stored files are gone) and deletes
+orphan points outright.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+
+import msgspec
+
+from runtime.documents import DocumentRepository
+from runtime.errors import MissingInput
+from runtime.models import Document, DocumentStatus
+from runtime.repository import Pool
+from stages import store
+from stages.services import Services
+from stages.vector_index import PointRef, point_id
+
+
+class Problem(msgspec.Struct, kw_only=True):
+    document_id: str
+    filename: str = ""
+    missing_points: int = 0
+    extra_points: int = 0
+    stale_points: int = 0
+    missing_files: list[str] = msgspec.field(default_factory=list)
+    orphan: bool = False
+    repair: str | None = None
+
+
+class Report(msgspec.Struct, kw_only=True):
+    documents: int
+    points: int
+    problems: list[Problem]
+
+    @property
+    def clean(self) -> bool:
+        return not self.problems
+
+
+async def scan_index(services: Services) -> dict[str, list[PointRef]]:
+    try:
+        refs = await services.index.scan(services.collection)
+    except MissingInput:  # nothing was ever indexed with this model
+        return {}
+    by_doc: dict[str, list[PointRef]] = defaultdict(list)
+    for ref in refs:
+        by_doc[ref.document_id].append(ref)
+    return by_doc
+
+
+async def check_points(pool: Pool, doc: Document, refs: list[PointRef], problem: Problem
+                       ) -> None:
+    chunks = await store.chunks(pool, doc.id)
+    expected = {point_id(doc.id, c.ordinal) for c in chunks}
+    found = {r.id for r in refs}
+    problem.missing_points = len(expected - found)
+    problem.extra_points = len(found - expected)
+    problem.stale_points = sum(1 for r in refs if r.generation != doc.generation)
+
+
+async def check_files(pool: Pool, services: Services, doc: Document, problem: Problem) -> None:
+    keys = [doc.asset_key] if doc.asset_key else []
+    keys += [a.object_key for a in await store.assets(pool, doc.id)]
+    for key in keys:
+        if not await services.assets.exists(key):
+            problem.missing_files.append(key)
+
+
+def has_problem(p: Problem) -> bool:
+    return bool(p.missing_points or p.extra_points or p.stale_points or p.missing_files
+                or p.orphan)
+
+
+async def verify(pool: Pool, services: Services) -> Report:
+    by_doc = await scan_index(services)
+    docs = DocumentRepository(pool)
+    problems: list[Problem] = []
+    ids = await docs.all_ids()
+    for doc in await docs.get_many(ids):
+        problem = Problem(document_id=str(doc.id), filename=doc.filename)
+        await check_files(pool, services, doc, problem)
+        if doc.status == DocumentStatus.READY:
+            await check_points(pool, doc, by_doc.get(str(doc.id), []), problem)
+        if has_problem(problem):
+            problems.append(problem)
+    known = {str(i) for i in ids}
+    problems += [Problem(document_id=d, orphan=True, extra_points=len(refs))
+                 for d, refs in by_doc.items() if d not in known]
+    return Report(documents=len(ids), points=sum(len(r) for r in by_doc.values()),
+                  problems=problems)
+
+
+async def repair(pool: Pool, services: Services, report: Report) -> None:
+    docs = DocumentRepository(pool)
+    for p in report.problems:
+        doc_id = uuid.UUID(p.document_id)
+        if p.orphan:
+            await services.index.delete_document(services.collection, doc_id)
+            p.repair = "deleted orphan points"
+        elif p.missing_files:
+            original = await docs.get(doc_id)
+            if original is None or not original.asset_key or original.asset_key in p.missing_files:
+                p.repair = "cannot repair: the original is gone; delete and submit it again"
+                continue
+            await docs.reprocess(doc_id, "parse")
+            p.repair = "reprocess from parse"
+        else:
+            await docs.reprocess(doc_id, "index")
+            p.repair = "reprocess from index"
