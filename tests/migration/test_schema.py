@@ -1,0 +1,121 @@
+"""The schema: migrations agree with schema.sql, enums with Python, the claim with its index."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import asyncpg
+import pytest
+
+import schema
+from runtime.migrate import migrate, pending
+from runtime.models import DocumentStatus, JobState
+from tests.support.db import Databases
+
+CATALOG = {
+    "columns": """SELECT table_name, column_name, data_type, udt_name, is_nullable,
+                         column_default
+                  FROM information_schema.columns WHERE table_schema = 'public'
+                    AND table_name <> 'ragline_migrations' AND table_name <> 'test_effects'
+                  ORDER BY 1, 2""",
+    "indexes": """SELECT tablename, indexname, indexdef FROM pg_indexes
+                  WHERE schemaname = 'public' AND tablename NOT IN ('ragline_migrations',
+                  'test_effects') ORDER BY 1, 2""",
+    "enums": """SELECT t.typname, e.enumlabel, e.enumsortorder FROM pg_enum e
+                JOIN pg_type t ON t.oid = e.enumtypid ORDER BY 1, 3""",
+    "constraints": """SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)
+                      FROM pg_constraint WHERE connamespace = 'public'::regnamespace
+                        AND conrelid::regclass::text NOT IN ('ragline_migrations',
+                        'test_effects')
+                      ORDER BY 1, 2""",
+}
+
+
+async def snapshot(dsn: str) -> dict[str, list[tuple[Any, ...]]]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return {k: [tuple(r) for r in await conn.fetch(q)] for k, q in CATALOG.items()}
+    finally:
+        await conn.close()
+
+
+async def run_sql(dsn: str, sql: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+def empty_dsn(databases: Databases) -> Iterator[str]:
+    name = databases.empty()
+    try:
+        yield databases.dsn(name)
+    finally:
+        databases.drop(name)
+
+
+def test_migrations_produce_schema_sql(dsn: str, empty_dsn: str) -> None:
+    asyncio.run(run_sql(empty_dsn, schema.read("schema.sql")))
+    assert asyncio.run(snapshot(dsn)) == asyncio.run(snapshot(empty_dsn))
+
+
+def test_migrate_is_idempotent_and_concurrent_safe(empty_dsn: str) -> None:
+    async def go() -> list[list[int]]:
+        conns = [await asyncpg.connect(empty_dsn) for _ in range(4)]
+        try:
+            assert await pending(conns[0]) == [v for v, _, _ in schema.migrations()]
+            applied = await asyncio.gather(*(migrate(c) for c in conns))
+            assert await pending(conns[0]) == []
+            return list(applied)
+        finally:
+            for c in conns:
+                await c.close()
+
+    applied = asyncio.run(go())
+    # Exactly one of the concurrent migrators applied each migration.
+    flat = sorted(v for a in applied for v in a)
+    assert flat == [v for v, _, _ in schema.migrations()]
+
+
+def test_python_enums_match_postgres(dsn: str) -> None:
+    rows = asyncio.run(snapshot(dsn))["enums"]
+    labels: dict[str, list[str]] = {}
+    for typname, label, _ in rows:
+        labels.setdefault(typname, []).append(label)
+    assert labels["ragline_job_state"] == [s.value for s in JobState]
+    assert labels["ragline_document_status"] == [s.value for s in DocumentStatus]
+
+
+def test_claim_uses_partial_index_with_many_finished_rows(dsn: str) -> None:
+    async def go() -> str:
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute(
+                """INSERT INTO documents (id, filename, media_type, byte_size, sha256)
+                   VALUES ('00000000-0000-0000-0000-000000000001', 'x.pdf',
+                           'application/pdf', 1, 'x')"""
+            )
+            await conn.execute(
+                """INSERT INTO stage_jobs (document_id, stage, generation, state)
+                   SELECT '00000000-0000-0000-0000-000000000001', 'parse', g, 'succeeded'
+                   FROM generate_series(1, 20000) AS g"""
+            )
+            await conn.execute("ANALYZE stage_jobs")
+            claim = schema.load("stage_jobs")["claim_jobs"]
+            plan = await conn.fetch("EXPLAIN " + claim, "parse", "w", 1, 30.0, None)
+            return "\n".join(r[0] for r in plan)
+        finally:
+            await conn.close()
+
+    plan = asyncio.run(go())
+    assert "stage_jobs_claim" in plan, plan
+
+
+def test_every_named_query_is_loadable_and_unique() -> None:
+    for group in ("stage_jobs", "documents", "workers", "migrations", "status", "pipeline"):
+        queries = schema.load(group)
+        assert queries and all(q.strip() for q in queries.values())
