@@ -275,6 +275,7 @@ def worker_config(app: App, opts: Mapping[str, Any], **overrides: Any) -> Worker
         "rescue_every_s": opts["rescue_every_s"],
         "exit_when_idle": opts["exit_when_idle"],
         "handle_signals": True,
+        "gauges_every_s": 5.0 if opts["metrics_port"] else 0.0,
     }
     fields.update(overrides)
     return WorkerConfig(**fields)

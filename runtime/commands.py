@@ -82,11 +82,15 @@ async def timeline(pool: Pool, doc_id: uuid.UUID) -> Timeline | None:
 
 
 def print_stages(rows: list[StageStatus]) -> None:
-    click.echo(f"{'stage':8} {'queued':>7} {'backoff':>8} {'running':>8} {'failed':>7} "
-               f"{'oldest queued':>14} {'oldest lease':>13} {'workers':>8}")
+    click.echo(
+        f"{'stage':8} {'queued':>7} {'backoff':>8} {'running':>8} {'failed':>7} "
+        f"{'oldest queued':>14} {'oldest lease':>13} {'workers':>8}"
+    )
     for r in rows:
-        click.echo(f"{r.stage:8} {r.queued:>7} {r.backing_off:>8} {r.running:>8} {r.failed:>7} "
-                   f"{r.oldest_queued_s:>13.0f}s {r.oldest_running_s:>12.0f}s {r.workers:>8}")
+        click.echo(
+            f"{r.stage:8} {r.queued:>7} {r.backing_off:>8} {r.running:>8} {r.failed:>7} "
+            f"{r.oldest_queued_s:>13.0f}s {r.oldest_running_s:>12.0f}s {r.workers:>8}"
+        )
 
 
 def print_timeline(t: Timeline) -> None:
@@ -142,8 +146,9 @@ def status(app: App, document: str | None, as_json: bool) -> None:
 @click.option("--limit", default=100, show_default=True)
 @json_option
 @click.pass_obj
-def failures_cmd(app: App, stage: str | None, error_kind: str | None, limit: int,
-                 as_json: bool) -> None:
+def failures_cmd(
+    app: App, stage: str | None, error_kind: str | None, limit: int, as_json: bool
+) -> None:
     """Failed documents: stage, kind and the one-line reason."""
 
     async def go(dsn: str) -> Any:
@@ -164,8 +169,9 @@ def failures_cmd(app: App, stage: str | None, error_kind: str | None, limit: int
 @click.option("--error-kind", help="Only jobs that failed with this kind.")
 @json_option
 @click.pass_obj
-def retry(app: App, documents: tuple[str, ...], stage: str | None, error_kind: str | None,
-          as_json: bool) -> None:
+def retry(
+    app: App, documents: tuple[str, ...], stage: str | None, error_kind: str | None, as_json: bool
+) -> None:
     """Requeue failed documents at the stage that failed, with a fresh attempt budget.
 
     Without filters, every failed document. Exit 0 when something was requeued.

@@ -10,6 +10,10 @@ Layout under the data dir (``RAGLINE_DATA_DIR``, default ``./.ragline``)::
     <cluster>/log            the server log (initdb's output is appended there too)
 
 where ``<cluster>`` is ``<data_dir>/pg``, or the directory that ``pg.location`` names.
+As root, when the server's user cannot reach pgserver's own files, it runs a copy of them::
+
+    /var/tmp/ragline-pginstall-<pgserver version>-<sha256(package path)[:16]>/
+        pgserver/pginstall/{bin,lib,share}    pgserver.libs/
 
 Choices, and why:
 
@@ -29,6 +33,18 @@ Choices, and why:
   typically a container running as root without a ``postgres`` user. When the account
   cannot be created, :class:`~runtime.errors.ConfigurationError` says to set
   ``DATABASE_URL`` or to run as a non-root user.
+- **Binaries, as root**: when that user cannot reach pgserver's files (a venv under
+  ``/root``, mode 0700, is the usual case: the README's first command creates one when the
+  repo is cloned there), they are copied once to ``/var/tmp/ragline-pginstall-...`` (see
+  above; about 4 s, 27 MB) and run from there. Only what the server needs is copied:
+  ``pginstall/{bin,lib,share}`` (not the C headers) and the auditwheel libraries next to
+  the package, in the same layout, because initdb and postgres find ``share/`` and
+  ``lib/`` relative to their own path and libpq through ``$ORIGIN/../../../pgserver.libs``.
+  The copy is root-owned, readable by all, made under a lock
+  (``/var/tmp/ragline-pginstall-....lock``) in a temporary directory then renamed, and
+  shared by every data dir and process using the same pgserver. Before every use its
+  listing (paths and sizes) is compared with the source's, so a copy that a /var/tmp
+  cleaner thinned or a crash truncated is made again.
 - **Where the cluster lives, as root**: ``<data_dir>/pg`` when that user can enter the data
   dir (a data dir that ragline creates gets mode 0710 with the user's group, so only that
   user may enter it; nothing else is chmod-ed). When it cannot (a checkout under ``/root``,
@@ -58,6 +74,7 @@ import contextlib
 import fcntl
 import functools
 import hashlib
+import importlib.metadata
 import importlib.util
 import logging
 import os
@@ -84,8 +101,10 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
 #: initdb writes and fsyncs a few MB; it takes about 2 s.
 INITDB_TIMEOUT_S = 120.0
+#: As root, waiting for another process copying the binaries (about 4 s on a slow disk).
+BINARY_COPY_TIMEOUT_S = 120.0
 #: Waiting for another process's start or stop, which are bounded by the timeouts above.
-LOCK_TIMEOUT_S = START_TIMEOUT_S + INITDB_TIMEOUT_S + 30.0
+LOCK_TIMEOUT_S = START_TIMEOUT_S + INITDB_TIMEOUT_S + BINARY_COPY_TIMEOUT_S + 30.0
 LOCK_POLL_S = 0.05
 #: As root, PostgreSQL runs as this user when it exists (a PostgreSQL install's account) ...
 EXISTING_SERVICE_USER = "postgres"
@@ -109,6 +128,8 @@ SHORT_SOCKET_PARENT = Path("/tmp")
 _SAFE_SOCKET_DIR = re.compile(r"[A-Za-z0-9/._+-]+")
 _SHELL_UNSAFE = frozenset('"`$\\\n')
 _CONF_NAME = "ragline.conf"
+# The parts of pgserver's pginstall/ that initdb, pg_ctl and postgres use.
+_PGINSTALL_PARTS = ("bin", "lib", "share")
 _LOCATION_NAME = "pg.location"
 # Searched after $PATH, which may lack the sbin directories (e.g. under sudo or cron).
 _SBIN_DIRS = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")
@@ -232,7 +253,8 @@ def _no_service_user(preferred: str, name: str, reason: str) -> str:
 
 
 @functools.cache
-def _bin_dir() -> Path:
+def _pgserver_dir() -> Path:
+    """The installed ``pgserver`` package directory (its binaries are in ``pginstall/``)."""
     # find_spec locates the wheel without importing pgserver, whose import has side effects.
     spec = importlib.util.find_spec("pgserver")
     if spec is None or not spec.submodule_search_locations:
@@ -240,7 +262,163 @@ def _bin_dir() -> Path:
             "the embedded PostgreSQL needs the 'pgserver' package: pip install pgserver, "
             "or set DATABASE_URL"
         )
-    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _binaries(run_as: _RunAs) -> Path:
+    """The bin directory to run: pgserver's own, or a copy that ``run_as`` can reach."""
+    package = _pgserver_dir()
+    if not any(_barrier(package.parent / part, run_as) for part in _server_parts(package)):
+        _check_shell_safe(package)
+        return package / "pginstall" / "bin"
+    return _reachable_copy(package) / package.name / "pginstall" / "bin"
+
+
+def _server_parts(package: Path) -> list[str]:
+    """What the server needs, relative to the site-packages dir holding ``package``.
+
+    Not ``pginstall/include`` (headers for building extensions, half of the files). The
+    auditwheel-vendored libraries (libpq for initdb and pg_ctl) sit next to the package,
+    and the binaries find them through ``$ORIGIN/../../../pgserver.libs``; copying both
+    with the same layout keeps that path valid.
+    """
+    parts = [f"{package.name}/pginstall/{name}" for name in _PGINSTALL_PARTS]
+    libs = package.with_name(f"{package.name}.libs")
+    return [*parts, libs.name] if libs.is_dir() else parts
+
+
+def _copy_dir(package: Path) -> Path:
+    digest = hashlib.sha256(os.fsencode(os.path.realpath(package))).hexdigest()[:16]
+    version = re.sub(r"[^A-Za-z0-9.+-]", "_", _pgserver_version(package))
+    return RELOCATED_PARENT / f"ragline-pginstall-{version}-{digest}"
+
+
+def _pgserver_version(package: Path) -> str:
+    found = importlib.metadata.distributions(name=package.name, path=[str(package.parent)])
+    return next((dist.version for dist in found), "unknown")
+
+
+def _reachable_copy(package: Path) -> Path:
+    """A complete root-owned copy of the server's files under /var/tmp, made if needed.
+
+    Every process and data dir using the same pgserver shares it; a dedicated lock keeps
+    two processes from copying at once, and the copy is made in a temporary directory
+    then renamed, so nobody ever sees half of it.
+    """
+    target = _copy_dir(package)
+    lock = target.with_name(f"{target.name}.lock")
+    try:
+        _make_var_tmp()
+        with _flock(lock, BINARY_COPY_TIMEOUT_S, "copying the PostgreSQL binaries"):
+            parts = _server_parts(package)
+            expected = _listing(package.parent, parts)
+            if not _is_copy_of(target, parts, expected):
+                _copy_server(package, parts, target)
+    except DatabaseUnavailable:
+        raise  # the lock timed out; it is an OSError too (ConnectionError)
+    except OSError as exc:
+        raise ConfigurationError(_uncopyable(package, target, exc)) from exc
+    return target
+
+
+def _make_var_tmp() -> None:
+    if not RELOCATED_PARENT.is_dir():
+        RELOCATED_PARENT.mkdir(parents=True, exist_ok=True)
+        RELOCATED_PARENT.chmod(0o1777)  # what a stock /var/tmp is
+
+
+def _uncopyable(package: Path, target: Path, exc: OSError) -> str:
+    return one_line(
+        f"the embedded PostgreSQL's user cannot reach {package}, and copying its binaries "
+        f"to {target} failed ({exc.strerror or exc}): free space there, install ragline "
+        f"where that user can read it, or set DATABASE_URL"
+    )
+
+
+def _listing(root: Path, parts: list[str]) -> list[tuple[str, str]]:
+    """Every entry under ``root/part``: its path relative to ``root``, and its size or kind.
+
+    Comparing listings tells a complete copy from one a /var/tmp cleaner has thinned, or
+    one a crash truncated (sizes differ), for the cost of a few hundred stat calls.
+    """
+    start = len(str(root)) + 1
+    pending = [str(root / part) for part in parts]
+    entries: list[tuple[str, str]] = []
+    while pending:
+        directory = pending.pop()
+        try:
+            with os.scandir(directory) as scan:
+                found = list(scan)
+        except FileNotFoundError:
+            entries.append((directory[start:], "missing"))
+            continue
+        entries.append((directory[start:], "dir"))
+        for entry in found:
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+            else:
+                entries.append((entry.path[start:], _describe(entry)))
+    return sorted(entries)
+
+
+def _describe(entry: os.DirEntry[str]) -> str:
+    if entry.is_symlink():
+        return f"-> {os.readlink(entry.path)}"
+    return str(entry.stat(follow_symlinks=False).st_size)
+
+
+def _is_copy_of(target: Path, parts: list[str], expected: list[tuple[str, str]]) -> bool:
+    try:
+        st = target.lstat()
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise ConfigurationError(
+            f"{target} must be a directory owned by root and writable by it only (ragline "
+            f"copies the PostgreSQL binaries there): remove it"
+        )
+    return _listing(target, parts) == expected
+
+
+def _copy_server(package: Path, parts: list[str], target: Path) -> None:
+    started = time.monotonic()
+    temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        for part in parts:
+            shutil.copytree(package.parent / part, temp / part, symlinks=True)
+        _open_up(temp)
+        _swap_in(temp, target)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)  # left only when something failed
+    logger.info(
+        "copied the PostgreSQL binaries from %s, which the server's user cannot reach, to "
+        "%s in %.1f s",
+        package,
+        target,
+        time.monotonic() - started,
+    )
+
+
+def _open_up(tree: Path) -> None:
+    """Let everyone read the copy, and run what was executable: it holds no secret."""
+    for directory, _dirs, files in os.walk(tree):
+        os.chmod(directory, 0o755)
+        for name in files:
+            path = os.path.join(directory, name)
+            if not os.path.islink(path):
+                executable = os.stat(path).st_mode & 0o111
+                os.chmod(path, 0o755 if executable else 0o644)
+
+
+def _swap_in(temp: Path, target: Path) -> None:
+    """Rename ``temp`` to ``target``, replacing an incomplete copy (under the copy lock)."""
+    stale = target.with_name(f".{target.name}.stale-{secrets.token_hex(4)}")
+    with contextlib.suppress(FileNotFoundError):
+        # Servers started from the old copy keep running: they load files by path, and
+        # the path now leads to the complete copy.
+        target.rename(stale)
+    temp.rename(target)
+    shutil.rmtree(stale, ignore_errors=True)
 
 
 def _can_enter(path: Path, user: _RunAs) -> bool:
@@ -372,8 +550,11 @@ def _last_log_line(text: str) -> str:
 
 
 @contextlib.contextmanager
-def _flock(path: Path, timeout_s: float) -> Iterator[None]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+def _flock(
+    path: Path, timeout_s: float, holder: str = "starting or stopping the embedded PostgreSQL"
+) -> Iterator[None]:
+    # O_NOFOLLOW: the copy lock lives in /var/tmp, where anyone may plant a symlink.
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -384,7 +565,7 @@ def _flock(path: Path, timeout_s: float) -> Iterator[None]:
                 if time.monotonic() > deadline:
                     raise DatabaseUnavailable(
                         f"timed out after {timeout_s:.0f} s waiting for {path}, held by "
-                        f"another process starting or stopping the embedded PostgreSQL"
+                        f"another process {holder}"
                     ) from None
                 time.sleep(LOCK_POLL_S)
         yield
@@ -562,9 +743,7 @@ class EmbeddedPostgres:
 
     def _relocate(self) -> Path:
         """Record a cluster directory outside the data dir, which the server cannot enter."""
-        if not RELOCATED_PARENT.is_dir():
-            RELOCATED_PARENT.mkdir(parents=True, exist_ok=True)
-            RELOCATED_PARENT.chmod(0o1777)  # what a stock /var/tmp is
+        _make_var_tmp()
         location = _relocated_dir(self._data_dir)
         # Written whole, then renamed: a crash leaves no half-written path behind.
         partial = self._location_file.with_name(f".{_LOCATION_NAME}.{os.getpid()}")
@@ -575,8 +754,7 @@ class EmbeddedPostgres:
     # -- setup -------------------------------------------------------------------------
 
     def _prepare(self, run_as: _RunAs) -> None:
-        _check_shell_safe(_bin_dir())
-        _check_reachable(_bin_dir(), run_as, "the PostgreSQL binaries")
+        _pgserver_dir()  # fail early when pgserver is missing
         self._make_data_dir(run_as)
         if not os.access(self._data_dir, os.W_OK | os.X_OK):
             raise ConfigurationError(self._unwritable("permission denied"))
@@ -722,7 +900,7 @@ class EmbeddedPostgres:
         self, run_as: _RunAs, program: str, args: list[str], timeout_s: float, label: str
     ) -> str:
         """Run a bundled PostgreSQL program as ``run_as``; failures append to the log."""
-        command = [str(_bin_dir() / program), *args]
+        command = [str(_binaries(run_as) / program), *args]
         with tempfile.TemporaryFile("w+") as output:
             try:
                 # Output goes to a file, not a pipe: with a pipe, pg_ctl start can hang

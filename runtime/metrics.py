@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 CLAIMED = Counter("ragline_jobs_claimed", "Jobs leased by this process", ["stage"])
 SUCCEEDED = Counter("ragline_jobs_succeeded", "Jobs completed", ["stage"])
@@ -20,4 +20,9 @@ DURATION = Histogram(
     "Time from claim to outcome",
     ["stage", "outcome"],
     buckets=(0.005, 0.02, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900),
+)
+QUEUED = Gauge("ragline_queue_depth", "Queued jobs per stage (all workers)", ["stage"])
+RUNNING = Gauge("ragline_jobs_running", "Running jobs per stage (all workers)", ["stage"])
+OLDEST_QUEUED = Gauge(
+    "ragline_oldest_queued_seconds", "Age of the oldest queued job per stage", ["stage"]
 )

@@ -39,6 +39,7 @@ from runtime.errors import (
 from runtime.models import Failure, Job, JobState
 from runtime.repository import JobRepository, Pool
 from runtime.rescuer import Rescuer, RescuerConfig
+from runtime.status import overview
 from runtime.stage import DbConn, Pipeline, Stage, Writer
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,8 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
     exit_when_idle: bool = False
     handle_signals: bool = False
     listen: bool = True
+    #: Refresh the queue-depth gauges every this many seconds (0: off).
+    gauges_every_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.stages:
@@ -247,6 +250,8 @@ class Worker:
             side.start_soon(self._listen_loop)
         if self.config.handle_signals:
             side.start_soon(self._signal_loop)
+        if self.config.gauges_every_s:
+            side.start_soon(self._gauges_loop)
 
     async def _work(self) -> None:
         async with anyio.create_task_group() as jobs:
@@ -536,6 +541,19 @@ class Worker:
         event = self._wake.get(str(payload))
         if event is not None:
             event.set()
+
+    async def _gauges_loop(self) -> None:
+        while True:
+            try:
+                rows = await overview(self.repo.pool, self.config.stages, {})
+            except CONNECTION_ERRORS as exc:
+                await self._db_error("gauges", exc)
+            else:
+                for row in rows:
+                    metrics.QUEUED.labels(row.stage).set(row.queued)
+                    metrics.RUNNING.labels(row.stage).set(row.running)
+                    metrics.OLDEST_QUEUED.labels(row.stage).set(row.oldest_queued_s)
+            await anyio.sleep(self.config.gauges_every_s)
 
     async def _signal_loop(self) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

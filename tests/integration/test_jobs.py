@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
@@ -12,7 +11,6 @@ import anyio
 import asyncpg
 import pytest
 
-from runtime.backoff import retry_delay_s
 from runtime.documents import DocumentRepository
 from runtime.models import DocumentStatus, Failure, Job, JobState, NewDocument
 from runtime.repository import JobRepository
@@ -307,20 +305,3 @@ async def test_enqueue_is_idempotent_per_live_stage(
     doc_id = await submit(docs)
     assert await repo.enqueue([NewJob(document_id=doc_id, stage="parse")]) == 0
     assert await repo.enqueue([NewJob(document_id=doc_id, stage="chunk")]) == 1
-
-
-def test_backoff_bounds_and_jitter() -> None:
-    rng = random.Random(7)
-    for attempt in range(1, 12):
-        ceiling = min(2.0 * 2 ** (attempt - 1), 300.0)
-        delays = [retry_delay_s(attempt, base_s=2.0, rng=rng) for _ in range(200)]
-        assert all(ceiling / 2 <= d <= ceiling for d in delays)
-        assert len({round(d, 6) for d in delays}) > 150  # jittered, not constant
-    assert retry_delay_s(40) <= 300.0
-
-
-def test_backoff_honours_retry_after() -> None:
-    assert retry_delay_s(1, base_s=1.0, retry_after_s=30.0) == 30.0
-    assert retry_delay_s(1, base_s=1.0, retry_after_s=10_000.0) == 300.0  # capped
-    with pytest.raises(ValueError):
-        retry_delay_s(0)
