@@ -39,8 +39,8 @@ from runtime.errors import (
 from runtime.models import Failure, Job, JobState
 from runtime.repository import JobRepository, Pool
 from runtime.rescuer import Rescuer, RescuerConfig
-from runtime.status import overview
 from runtime.stage import DbConn, Pipeline, Stage, Writer
+from runtime.status import overview
 
 log = logging.getLogger(__name__)
 

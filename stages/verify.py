@@ -55,8 +55,7 @@ async def scan_index(services: Services) -> dict[str, list[PointRef]]:
     return by_doc
 
 
-async def check_points(pool: Pool, doc: Document, refs: list[PointRef], problem: Problem
-                       ) -> None:
+async def check_points(pool: Pool, doc: Document, refs: list[PointRef], problem: Problem) -> None:
     chunks = await store.chunks(pool, doc.id)
     expected = {point_id(doc.id, c.ordinal) for c in chunks}
     found = {r.id for r in refs}
@@ -74,8 +73,7 @@ async def check_files(pool: Pool, services: Services, doc: Document, problem: Pr
 
 
 def has_problem(p: Problem) -> bool:
-    return bool(p.missing_points or p.extra_points or p.stale_points or p.missing_files
-                or p.orphan)
+    return bool(p.missing_points or p.extra_points or p.stale_points or p.missing_files or p.orphan)
 
 
 async def verify(pool: Pool, services: Services) -> Report:
@@ -91,10 +89,14 @@ async def verify(pool: Pool, services: Services) -> Report:
         if has_problem(problem):
             problems.append(problem)
     known = {str(i) for i in ids}
-    problems += [Problem(document_id=d, orphan=True, extra_points=len(refs))
-                 for d, refs in by_doc.items() if d not in known]
-    return Report(documents=len(ids), points=sum(len(r) for r in by_doc.values()),
-                  problems=problems)
+    problems += [
+        Problem(document_id=d, orphan=True, extra_points=len(refs))
+        for d, refs in by_doc.items()
+        if d not in known
+    ]
+    return Report(
+        documents=len(ids), points=sum(len(r) for r in by_doc.values()), problems=problems
+    )
 
 
 async def repair(pool: Pool, services: Services, report: Report) -> None:

@@ -9,6 +9,8 @@ import pwd
 import shutil
 import signal
 import stat
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,13 +20,19 @@ import runtime.embedded
 from runtime.embedded import EmbeddedPostgres, _service_user, embedded_postgres
 from runtime.errors import ConfigurationError, DatabaseUnavailable
 from tests.support.embedded_helpers import (
+    REPO_ROOT,
     Child,
+    LockedPgserver,
+    UnprivilegedPython,
     discard_cluster,
     embedded_base,
     embedded_template,
+    executable_of,
     fetchval,
     initialized_data_dir,
+    locked_pgserver,
     outside_location,
+    pginstall_leftovers,
     postmaster_pid,
     process_uid,
     python_for_postgres_user,
@@ -40,6 +48,7 @@ __all__ = [
     "embedded_base",
     "embedded_template",
     "initialized_data_dir",
+    "locked_pgserver",
     "spawn_child",
     "throwaway_user_name",
 ]
@@ -375,3 +384,104 @@ def test_an_unprivileged_process_runs_the_binaries_itself(embedded_base: Path) -
 def _postgres_ids() -> tuple[int, int]:
     entry = pwd.getpwnam("postgres")
     return entry.pw_uid, entry.pw_gid
+
+
+def _with(pgserver: LockedPgserver) -> UnprivilegedPython:
+    """This Python, importing the locked pgserver instead of the venv's."""
+    return UnprivilegedPython(sys.executable, str(pgserver.site_packages))
+
+
+def _server_binary(copy: Path) -> Path:
+    return copy / "pgserver" / "pginstall" / "bin" / "postgres"
+
+
+@root_only
+def test_root_runs_binaries_its_user_cannot_reach_from_a_copy_under_var_tmp(
+    embedded_base: Path, locked_pgserver: LockedPgserver, spawn_child: SpawnChild
+) -> None:
+    # The README's first command, with the repo cloned under /root: a venv there (0700).
+    copy = locked_pgserver.copy
+    data_dir = embedded_base / "data"
+    assert not copy.exists()
+
+    child = spawn_child(data_dir, python=_with(locked_pgserver))
+
+    # initdb ran too: from the locked original, as user postgres, it could not have.
+    assert executable_of(postmaster_pid(data_dir)) == _server_binary(copy)
+    assert fetchval(child.dsn, "select 1") == 1
+    top = copy.stat()
+    assert (top.st_uid, stat.S_IMODE(top.st_mode)) == (0, 0o755)
+    assert stat.S_IMODE(_server_binary(copy).stat().st_mode) == 0o755
+    bki = copy / "pgserver" / "pginstall" / "share" / "postgresql" / "postgres.bki"
+    assert stat.S_IMODE(bki.stat().st_mode) == 0o644
+    assert not (copy / "pgserver" / "pginstall" / "include").exists()
+    assert pginstall_leftovers(copy) == []
+    child.release()
+    assert not EmbeddedPostgres(data_dir).is_running()
+
+
+@root_only
+def test_the_binary_copy_is_reused_and_made_again_when_files_are_missing(
+    initialized_data_dir: Path, locked_pgserver: LockedPgserver, spawn_child: SpawnChild
+) -> None:
+    data_dir, copy = initialized_data_dir, locked_pgserver.copy
+    spawn_child(data_dir, python=_with(locked_pgserver)).release()
+    made = copy.stat().st_ino
+    spawn_child(data_dir, python=_with(locked_pgserver)).release()
+    assert copy.stat().st_ino == made, "a complete copy was made again"
+
+    # What a /var/tmp cleaner does to files unused for 30 days, and a crash mid-write.
+    share = copy / "pgserver" / "pginstall" / "share" / "postgresql"
+    (share / "timezonesets" / "Default").unlink()
+    (share / "postgres.bki").write_bytes(b"")
+    child = spawn_child(data_dir, python=_with(locked_pgserver))
+
+    assert copy.stat().st_ino != made
+    assert (share / "timezonesets" / "Default").exists()
+    assert (share / "postgres.bki").stat().st_size > 0
+    assert executable_of(postmaster_pid(data_dir)) == _server_binary(copy)
+    assert fetchval(child.dsn, "select 1") == 1
+    assert pginstall_leftovers(copy) == []
+    child.release()
+
+
+@root_only
+def test_concurrent_first_starts_on_two_data_dirs_share_one_binary_copy(
+    embedded_base: Path, locked_pgserver: LockedPgserver, spawn_child: SpawnChild
+) -> None:
+    python = _with(locked_pgserver)
+    data_dirs = [embedded_base / "a", embedded_base / "b"]
+    children = [spawn_child(data_dir, wait=False, python=python) for data_dir in data_dirs]
+
+    for child, data_dir in zip(children, data_dirs, strict=True):
+        child.wait_ready()
+        # Replacing the copy under a running server would show here as a deleted file.
+        assert executable_of(postmaster_pid(data_dir)) == _server_binary(locked_pgserver.copy)
+        assert fetchval(child.dsn, "select 1") == 1
+    assert pginstall_leftovers(locked_pgserver.copy) == []
+    for child in children:
+        child.release()
+
+
+@root_only
+def test_a_foreign_directory_in_place_of_the_copy_is_a_configuration_error(
+    embedded_base: Path, locked_pgserver: LockedPgserver
+) -> None:
+    copy = locked_pgserver.copy
+    copy.mkdir()
+    os.chown(copy, 65534, 65534)  # anyone may create it in /var/tmp; never run it
+    data_dir = embedded_base / "data"
+    path = os.pathsep.join([str(REPO_ROOT), str(locked_pgserver.site_packages)])
+
+    result = subprocess.run(
+        [sys.executable, "-c", _ACQUIRE_AND_REPORT, str(data_dir)],
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().startswith(f"{copy} must be a directory owned by root")
+    assert list(copy.iterdir()) == []

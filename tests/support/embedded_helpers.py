@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import grp
 import hashlib
+import importlib.metadata
 import json
 import os
 import pwd
@@ -278,8 +279,10 @@ def spawn_child() -> Iterator[Callable[..., Child]]:
     """Start second processes on a data dir; any still alive are killed at teardown."""
     children: list[Child] = []
 
-    def spawn(data_dir: Path, *, wait: bool = True) -> Child:
-        children.append(Child(data_dir, wait=wait))
+    def spawn(
+        data_dir: Path, *, wait: bool = True, python: UnprivilegedPython | None = None
+    ) -> Child:
+        children.append(Child(data_dir, wait=wait, python=python))
         return children[-1]
 
     yield spawn
@@ -297,3 +300,43 @@ def throwaway_user_name() -> Iterator[str]:
     with contextlib.suppress(KeyError):
         grp.getgrnam(name)
         subprocess.run(["groupdel", name], check=True, capture_output=True, timeout=60)
+
+
+class LockedPgserver(msgspec.Struct, frozen=True):
+    """A copy of the pgserver package that only root can reach, and where ragline copies it."""
+
+    #: Put first on a child's PYTHONPATH, it makes the child use this pgserver.
+    site_packages: Path
+    #: The copy under /var/tmp that the README says ragline makes and runs.
+    copy: Path
+
+
+@pytest.fixture
+def locked_pgserver(embedded_base: Path) -> Iterator[LockedPgserver]:
+    """pgserver installed under a mode-0700 directory, like a venv under /root.
+
+    The reachable copy ragline makes of it under /var/tmp is removed at teardown.
+    """
+    site = embedded_base / "root" / "venv" / "site-packages"
+    site.mkdir(parents=True)
+    site.parent.parent.chmod(0o700)
+    distribution = importlib.metadata.distribution("pgserver")
+    installed = Path(str(distribution.locate_file("")))
+    for name in ("pgserver", "pgserver.libs", f"pgserver-{distribution.version}.dist-info"):
+        if (installed / name).exists():
+            subprocess.run(["cp", "-a", str(installed / name), str(site)], check=True)
+    digest = hashlib.sha256(os.fsencode(str(site / "pgserver"))).hexdigest()[:16]
+    copy = Path("/var/tmp") / f"ragline-pginstall-{distribution.version}-{digest}"
+    yield LockedPgserver(site, copy)
+    shutil.rmtree(copy, ignore_errors=True)
+    copy.with_name(f"{copy.name}.lock").unlink(missing_ok=True)
+
+
+def pginstall_leftovers(copy: Path) -> list[Path]:
+    """Temporary or replaced copies next to ``copy`` (there should be none)."""
+    return sorted(copy.parent.glob(f".{copy.name}*"))
+
+
+def executable_of(pid: int) -> Path:
+    """The program file process ``pid`` runs."""
+    return Path(os.readlink(f"/proc/{pid}/exe"))
