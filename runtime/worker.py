@@ -421,7 +421,7 @@ class Worker:
             return
         if held:
             metrics.SUCCEEDED.labels(stage.name).inc()
-            jlog.info("succeeded in %.3fs", time.monotonic() - flight.started_at)
+            jlog.debug("succeeded in %.3fs", time.monotonic() - flight.started_at)
         else:
             metrics.LEASE_LOST.labels(stage.name).inc()
             jlog.warning("lease lost before commit; nothing written")

@@ -30,7 +30,7 @@ from runtime.cli import (
 from runtime.commands import parse_ids
 from runtime.database import open_pool
 from runtime.documents import DocumentRepository
-from runtime.errors import RaglineError
+from runtime.errors import MissingInput, RaglineError
 from runtime.models import Document, DocumentStatus
 from runtime.repository import Pool
 from runtime.worker import Worker
@@ -245,17 +245,23 @@ def print_summary(summary: IngestSummary, as_json: bool) -> None:
 def search(app: App, query: str, limit: int, as_json: bool) -> None:
     """Embed QUERY with the configured embedder and print the closest chunks."""
 
-    async def go(dsn: str) -> list[dict[str, Any]]:
+    async def go() -> list[dict[str, Any]]:
         services = services_for(app.build_context())
         async with services.lifespan():
             [vector] = await services.embedder.embed([query], "search_query")
-            hits = await services.index.search(services.collection, vector, limit)
+            try:
+                hits = await services.index.search(services.collection, vector, limit)
+            except MissingInput:  # nothing indexed yet with this embedding model
+                hits = []
         return [{"score": round(h.score, 4), **h.payload} for h in hits]
 
-    hits = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    # The index and the embedder answer this; PostgreSQL is not needed.
+    hits = guarded(lambda: run_async(go))
     if as_json:
         click.echo(json.dumps(hits))
         return
+    if not hits:
+        click.echo("no results (nothing indexed with this embedding model yet?)", err=True)
     for h in hits:
         text = " ".join(str(h.get("text", "")).split())
         click.echo(

@@ -244,7 +244,9 @@ class LocalOCR:
 
         threads = self.config.threads or min(4, os.cpu_count() or 1)
         params = {
-            "Global.log_level": "warning",
+            # "The text detection result is empty" is a warning: a picture without text is
+            # normal here, not worth a line per image.
+            "Global.log_level": "error",
             "Global.text_score": self.config.min_score,
             "Global.use_cls": self.config.detect_upside_down,
             "Det.limit_type": "max",
