@@ -408,7 +408,11 @@ def test_root_runs_binaries_its_user_cannot_reach_from_a_copy_under_var_tmp(
 
     # initdb ran too: from the locked original, as user postgres, it could not have.
     assert executable_of(postmaster_pid(data_dir)) == _server_binary(copy)
-    assert fetchval(child.dsn, "select 1") == 1
+    # The server found share/ and lib/ next to its binary: the copy's, not the original's.
+    for name, part in (("SHAREDIR", "share/postgresql"), ("PKGLIBDIR", "lib/postgresql")):
+        setting = f"select setting from pg_config where name = '{name}'"
+        assert fetchval(child.dsn, setting) == str(copy / "pgserver" / "pginstall" / part)
+    assert fetchval(child.dsn, "do $$ begin perform 1; end $$") is None  # loads plpgsql.so
     top = copy.stat()
     assert (top.st_uid, stat.S_IMODE(top.st_mode)) == (0, 0o755)
     assert stat.S_IMODE(_server_binary(copy).stat().st_mode) == 0o755

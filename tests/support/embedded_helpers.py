@@ -325,7 +325,7 @@ def locked_pgserver(embedded_base: Path) -> Iterator[LockedPgserver]:
     for name in ("pgserver", "pgserver.libs", f"pgserver-{distribution.version}.dist-info"):
         if (installed / name).exists():
             subprocess.run(["cp", "-a", str(installed / name), str(site)], check=True)
-    digest = hashlib.sha256(os.fsencode(str(site / "pgserver"))).hexdigest()[:16]
+    digest = hashlib.sha256(os.fsencode(os.path.realpath(site / "pgserver"))).hexdigest()[:16]
     copy = Path("/var/tmp") / f"ragline-pginstall-{distribution.version}-{digest}"
     yield LockedPgserver(site, copy)
     shutil.rmtree(copy, ignore_errors=True)
