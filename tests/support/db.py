@@ -35,11 +35,12 @@ def server_dsn() -> Iterator[str]:
         return
     from runtime.embedded import embedded_postgres
 
-    with (
-        tempfile.TemporaryDirectory(prefix="ragline-test-pg-") as tmp,
-        embedded_postgres(Path(tmp)) as dsn,
-    ):
-        yield dsn
+    with tempfile.TemporaryDirectory(prefix="ragline-test-pg-") as tmp:
+        # mkdtemp makes it 0700; as root the server runs as another user, who must be able
+        # to enter it (else the cluster would be placed under /var/tmp and outlive the run).
+        os.chmod(tmp, 0o711)
+        with embedded_postgres(Path(tmp)) as dsn:
+            yield dsn
 
 
 async def _admin(dsn: str, *statements: str) -> None:
