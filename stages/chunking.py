@@ -39,6 +39,8 @@ _SECTION_NUMBER = re.compile(
     r"(?:\d+(?:\.\d+)*\.?|[IVXLC]+\.|[A-Z]\.(?:\d+\.?)*|(?:chapter|section|part|appendix)\s+\S+)",
     re.IGNORECASE,
 )
+# Table-of-contents lines look like headings but end in dot leaders and a page number.
+_DOT_LEADER = re.compile(r"(?:\.\s?){2,}\s*\d+\s*$|\.{4,}")
 _HEADING_MAX_CHARS = 80
 _HEADING_MAX_WORDS = 12
 
@@ -109,6 +111,7 @@ def is_heading(paragraph: str) -> bool:
         and words[0][0].isupper()
         and title[-1] not in ".,;:!"
         and any(c.isalpha() for c in title)
+        and not _DOT_LEADER.search(title)
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from runtime.errors import MissingInput
+from runtime.errors import InvalidDocument
 from runtime.models import Job
 from runtime.stage import DbConn, JobContext
 from stages import store
@@ -38,7 +38,10 @@ class EmbedStage:
     async def process(self, ctx: JobContext) -> None:
         chunks = await store.chunks(ctx.pool, ctx.job.document_id)
         if not chunks:
-            raise MissingInput(f"{ctx.job.filename}: no chunks to embed; run chunk first")
+            raise InvalidDocument(
+                f"{ctx.job.filename}: no text found to index (a scanned PDF needs "
+                "RAGLINE_VISION=ocr or cohere)"
+            )
         model = self.services.embedder.model
         texts = {c.sha256: c.text for c in chunks}  # same text twice is embedded once
         cached = await store.cached(ctx.pool, model, list(texts))

@@ -37,6 +37,9 @@ class IndexStage:
         collection = self.services.collection
         index = self.services.index
         await index.ensure_collection(collection, embedder.dimensions)
+        # A job cancelled by a reprocess must not touch the index: the lease check makes
+        # the window a stale worker has tiny, and verify catches what slips through it.
+        await ctx.checkpoint(_nothing)
         points = [
             new_point(
                 job.document_id, r.ordinal, job.generation, r.vector or [], payload=payload(r, job)
@@ -46,6 +49,7 @@ class IndexStage:
         # One call for the whole document: the embedded index pays a shard load per call.
         if points:
             await index.upsert(collection, points)
+        await ctx.checkpoint(_nothing)
         await index.delete_document(collection, job.document_id, keep_generation=job.generation)
 
     async def write(self, conn: DbConn, job: Job, output: None) -> None:
@@ -55,6 +59,10 @@ class IndexStage:
         await self.services.index.delete_generation(
             self.services.collection, job.document_id, job.generation
         )
+
+
+async def _nothing(conn: DbConn) -> None:
+    """A checkpoint that only checks the lease."""
 
 
 def payload(row: store.ChunkVector, job: Job) -> dict[str, Any]:

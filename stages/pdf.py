@@ -57,6 +57,8 @@ DEFAULT_MAX_IMAGE_PIXELS = 40_000_000
 # written before it by some generators).
 _MAGIC = b"%PDF-"
 _MAGIC_WINDOW = 1024
+# MuPDF's own exceptions (pymupdf.mupdf.FzErrorBase) do not derive from RuntimeError.
+_MUPDF_ERRORS = (RuntimeError, ValueError, pymupdf.mupdf.FzErrorBase)
 _TEXT_FLAGS = pymupdf.TEXTFLAGS_TEXT & ~pymupdf.TEXT_PRESERVE_LIGATURES
 _MEDIA_TYPES = {"png": "image/png", "jpeg": "image/jpeg"}
 
@@ -130,7 +132,7 @@ def _open(source: Source, name: str) -> pymupdf.Document:
         return pymupdf.open(os.fspath(source), filetype="pdf")
     except (pymupdf.FileNotFoundError, FileNotFoundError) as exc:
         raise MissingInput(_msg(name, "file not found; submit it again")) from exc
-    except (pymupdf.FileDataError, RuntimeError, ValueError) as exc:
+    except (pymupdf.FileDataError, *_MUPDF_ERRORS) as exc:
         raise InvalidDocument(
             _msg(name, f"corrupt PDF that cannot be opened ({exc}); re-export it from its source")
         ) from exc
@@ -198,13 +200,39 @@ def iter_pages(
     limits = (min_image_px, min_image_bytes, max_image_pixels)
     for number in range(doc.page_count):
         page = doc.load_page(number)
-        text = _page_text(page)
-        images = _page_images(doc, page, seen, limits)
+        text, images = _read_page(doc, page, seen, limits)
         # Drop the page (and its display list) before the caller handles the results.
         del page
         if trim_cache_every_pages and (number + 1) % trim_cache_every_pages == 0:
             pymupdf.TOOLS.store_shrink(100)
         yield PageText(page=number + 1, text=text), images
+
+
+def _read_page(
+    doc: pymupdf.Document, page: Any, seen: _Seen, limits: tuple[int, int, int]
+) -> tuple[str, list[Image]]:
+    """The page's text and images; a part MuPDF cannot read is logged and left out, so
+    one broken page does not sink a long document."""
+    text, images = "", []
+    try:
+        text = _page_text(page)
+    except _MUPDF_ERRORS as exc:
+        _skipped(doc, page, "text", exc)
+    try:
+        images = _page_images(doc, page, seen, limits)
+    except _MUPDF_ERRORS as exc:
+        _skipped(doc, page, "images", exc)
+    return text, images
+
+
+def _skipped(doc: pymupdf.Document, page: Any, what: str, exc: BaseException) -> None:
+    log.warning(
+        "%s: page %d %s cannot be read, left out: %s",
+        doc.name or "<bytes>",
+        page.number + 1,
+        what,
+        one_line(str(exc)),
+    )
 
 
 def _page_text(page: Any) -> str:
@@ -251,7 +279,7 @@ def _extract(doc: pymupdf.Document, xref: int, page: int) -> Image | None:
         data, ext = raw["image"], raw["ext"]
         if ext not in _MEDIA_TYPES or (ext == "jpeg" and raw.get("colorspace", 3) > 3):
             data, ext = _to_png(doc, xref), "png"
-    except (RuntimeError, ValueError) as exc:
+    except _MUPDF_ERRORS as exc:
         # One unreadable image (unsupported filter, broken stream) must not sink the page.
         log.warning(
             "%s: skipped unreadable image xref %d on page %d: %s",

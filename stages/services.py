@@ -87,8 +87,9 @@ class Services:
         return collection_name(self.embedder.model, self.embedder.dimensions)
 
     async def aclose(self) -> None:
+        # Dropped from the cache as they close, so a later run builds fresh ones.
         for name in ("embedder", "vision", "index", "assets"):
-            service = self.__dict__.get(name)
+            service = self.__dict__.pop(name, None)
             if service is not None:
                 await service.aclose()
 

@@ -1,0 +1,183 @@
+"""The embed stage against a Cohere-compatible server over real HTTP: provider-sized
+batches, the content-addressed cache, rate limits, retries and per-batch checkpoints."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from pathlib import Path
+
+import pytest
+
+from runtime.models import DocumentStatus, JobRow, JobState
+from tests.support.fake_cohere import Fault
+from tests.support.pipeline_env import (
+    PipelineEnv,
+    TimedCohere,
+    anyio_backend,
+    cohere_env,
+    fake_cohere,
+    long_pdf,
+    pipeline_env,
+    sample,
+)
+
+# Fixtures, used by name.
+__all__ = ["anyio_backend", "fake_cohere"]
+
+pytestmark = pytest.mark.anyio
+
+#: Cohere's maximum number of texts per /v2/embed call.
+MAX_BATCH = 96
+#: Small chunks, so a PDF of a few dozen pages makes a few hundred of them.
+SMALL_CHUNKS = {"RAGLINE_CHUNK_CHARS": "400", "RAGLINE_CHUNK_OVERLAP": "40"}
+
+
+async def embed_job(env: PipelineEnv, doc_id: uuid.UUID) -> JobRow:
+    [job] = await env.stage_jobs(doc_id, "embed")
+    return job
+
+
+async def unique_texts(env: PipelineEnv, doc_id: uuid.UUID) -> int:
+    return len({c.sha256 for c in await env.chunks(doc_id)})
+
+
+async def test_batches_are_at_most_96_and_as_few_as_possible(
+    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+) -> None:
+    pdf = long_pdf(tmp_path / "harbour-log.pdf", 220)
+    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere, **SMALL_CHUNKS)) as env:
+        doc_id = (await env.submit(pdf)).document_id
+        await env.run()
+
+        assert (await env.doc(doc_id)).status == DocumentStatus.READY
+        unique = await unique_texts(env, doc_id)
+        assert unique > 2 * MAX_BATCH, unique  # at least three batches
+        stats = fake_cohere.snapshot()
+        assert stats.requests["embed"] == math.ceil(unique / MAX_BATCH)
+        assert stats.max_batch == MAX_BATCH
+        assert stats.texts_embedded == unique
+        assert stats.input_types == {"search_document": stats.requests["embed"]}
+        assert (await embed_job(env, doc_id)).attempts == 1
+        assert await env.assert_indexed(doc_id) == len(await env.chunks(doc_id))
+
+
+async def test_same_text_again_costs_no_embedding_request(
+    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+) -> None:
+    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
+        first = (await env.submit(sample("lighthouses.pdf"))).document_id
+        await env.run()
+        sent = fake_cohere.requests_to("embed")
+        assert sent >= 1
+
+        again = await env.submit(sample("lighthouses.pdf"), force=True)
+        assert again.created and again.document_id != first
+        await env.run()
+        assert fake_cohere.requests_to("embed") == sent
+        assert (await env.doc(again.document_id)).status == DocumentStatus.READY
+        await env.assert_indexed(again.document_id)
+
+        assert await env.docs.reprocess(again.document_id, "index") == 2
+        await env.run()
+        assert fake_cohere.requests_to("embed") == sent
+        assert (await env.doc(again.document_id)).status == DocumentStatus.READY
+        await env.assert_indexed(again.document_id)
+        await env.assert_indexed(first)
+
+
+async def test_rate_limit_waits_retry_after_without_counting_an_attempt(
+    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+) -> None:
+    retry_after_s = 0.3
+    fake_cohere.add_faults([Fault(status=429, retry_after_s=retry_after_s, endpoint="embed")])
+    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
+        doc_id = (await env.submit(sample("sourdough.pdf"))).document_id
+        await env.run()
+
+        assert (await env.doc(doc_id)).status == DocumentStatus.READY
+        job = await embed_job(env, doc_id)
+        assert (job.state, job.attempts, job.error_kind) == ("succeeded", 1, "rate_limited")
+        assert fake_cohere.snapshot().statuses == {"429": 1, "200": 1}
+        first, second = fake_cohere.arrivals["embed"]
+        assert second - first >= retry_after_s
+        await env.assert_indexed(doc_id)
+
+
+async def test_server_errors_are_retried_until_ready(
+    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+) -> None:
+    fake_cohere.add_faults([Fault(status=500, endpoint="embed")])
+    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
+        doc_id = (await env.submit(sample("sourdough.pdf"))).document_id
+        await env.run()
+
+        assert (await env.doc(doc_id)).status == DocumentStatus.READY
+        job = await embed_job(env, doc_id)
+        assert (job.state, job.attempts, job.error_kind) == ("succeeded", 2, "transient")
+        assert fake_cohere.snapshot().statuses == {"500": 1, "200": 1}
+        await env.assert_indexed(doc_id)
+
+
+async def test_persistent_server_errors_fail_the_document_after_max_attempts(
+    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+) -> None:
+    fake_cohere.add_faults([Fault(status=500, endpoint="embed")] * 3)
+    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
+        doc_id = (await env.submit(sample("sourdough.pdf"))).document_id
+        await env.run()
+
+        doc = await env.doc(doc_id)
+        assert doc.status == DocumentStatus.FAILED
+        assert doc.error is not None and doc.error.startswith("embed: cohere embed: HTTP 500")
+        assert "\n" not in doc.error
+        job = await embed_job(env, doc_id)
+        assert (job.state, job.attempts) == (JobState.FAILED, 3)
+        assert fake_cohere.requests_to("embed") == 3
+        assert await env.stage_jobs(doc_id, "index") == []
+
+
+async def test_bad_request_fails_at_once(
+    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+) -> None:
+    fake_cohere.add_faults([Fault(status=400, endpoint="embed", message="invalid input_type")])
+    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
+        doc_id = (await env.submit(sample("sourdough.pdf"))).document_id
+        await env.run()
+
+        doc = await env.doc(doc_id)
+        assert doc.status == DocumentStatus.FAILED
+        assert doc.error == "embed: cohere embed: HTTP 400: invalid input_type"
+        job = await embed_job(env, doc_id)
+        assert (job.state, job.attempts, job.error_kind) == ("failed", 1, "permanent")
+        assert fake_cohere.requests_to("embed") == 1
+
+
+async def test_each_batch_is_checkpointed_and_a_retry_sends_only_the_rest(
+    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+) -> None:
+    pdf = long_pdf(tmp_path / "harbour-log.pdf", 220)
+    # The first request passes (an empty fault), the second gets a 500.
+    fake_cohere.add_faults([Fault(endpoint="embed"), Fault(status=500, endpoint="embed")])
+    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere, **SMALL_CHUNKS)) as env:
+        model = env.probe.embedder.model
+        # One attempt per job, so the run stops right after the failed batch.
+        doc_id = (await env.submit(pdf, max_attempts=1)).document_id
+        await env.run()
+
+        assert (await env.doc(doc_id)).status == DocumentStatus.FAILED
+        assert fake_cohere.requests_to("embed") == 2
+        assert await env.embeddings(model) == MAX_BATCH  # the first batch, checkpointed
+
+        assert await env.jobs.retry_failed("embed", None, [doc_id]) == [(doc_id, "embed")]
+        await env.run()
+
+        assert (await env.doc(doc_id)).status == DocumentStatus.READY
+        unique = await unique_texts(env, doc_id)
+        batches = math.ceil(unique / MAX_BATCH)
+        assert batches >= 3
+        # 1 good + 1 failed before; the retry sends only the batches after the first.
+        assert fake_cohere.requests_to("embed") == 2 + batches - 1
+        assert fake_cohere.snapshot().texts_embedded == unique
+        assert await env.embeddings(model) == unique
+        await env.assert_indexed(doc_id)
