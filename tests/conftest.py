@@ -14,14 +14,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "db: needs PostgreSQL")
 
 
-@pytest.fixture(
-    params=[
-        pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
-        pytest.param(("asyncio", {}), id="asyncio"),
-    ]
-)
-def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    return request.param
+@pytest.fixture
+def anyio_backend() -> Any:
+    """uvloop, as the CLI runs. The engine's own tests also run on plain asyncio
+    (``tests.support.backends.both_backends``); adapters behave the same on either."""
+    return ("asyncio", {"use_uvloop": True})
 
 
 @pytest.fixture(scope="session")

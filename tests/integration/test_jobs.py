@@ -15,8 +15,10 @@ from runtime.documents import DocumentRepository
 from runtime.models import DocumentStatus, Failure, Job, JobState, NewDocument
 from runtime.repository import JobRepository
 from runtime.stage import DbConn
+from tests.support.backends import anyio_backend
 
 pytestmark = pytest.mark.anyio
+__all__ = ["anyio_backend"]  # uvloop and asyncio for the engine
 
 LEASE_S = 30.0
 

@@ -16,9 +16,11 @@ from runtime.models import DocumentStatus, JobState, NewDocument
 from runtime.repository import JobRepository
 from runtime.stage import DbConn, JobContext, Pipeline
 from runtime.worker import Context, Worker, WorkerConfig
+from tests.support.backends import anyio_backend
 from tests.support.pipelines import STAGES, ScriptedStage
 
 pytestmark = pytest.mark.anyio
+__all__ = ["anyio_backend"]  # uvloop and asyncio for the engine
 
 
 @pytest.fixture
