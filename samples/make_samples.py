@@ -252,7 +252,10 @@ def story_html(title: str, sections: list[Section], caption: str) -> str:
     return "\n".join(parts)
 
 
-CSS = "body {font-family: sans-serif;} h1 {font-size: 22pt;} h2 {font-size: 16pt; margin-top: 14pt;} p {font-size: 15pt;}"
+CSS = (
+    "body {font-family: sans-serif;} h1 {font-size: 22pt;} "
+    "h2 {font-size: 16pt; margin-top: 14pt;} p {font-size: 15pt;}"
+)
 
 
 def render(title: str, caption: str, figure: bytes, sections: list[Section]) -> bytes:
@@ -261,7 +264,7 @@ def render(title: str, caption: str, figure: bytes, sections: list[Section]) -> 
     story = pymupdf.Story(html=story_html(title, sections, caption), user_css=CSS, archive=archive)
     out = io.BytesIO()
     writer = pymupdf.DocumentWriter(out)
-    where = A4 + (MARGIN, MARGIN, -MARGIN, -MARGIN)
+    where = pymupdf.Rect(MARGIN, MARGIN, A4.width - MARGIN, A4.height - MARGIN)
     more = True
     while more:
         device = writer.begin_page(A4)
@@ -275,7 +278,7 @@ def render(title: str, caption: str, figure: bytes, sections: list[Section]) -> 
 def add_logo(pdf: bytes, logo: bytes) -> pymupdf.Document:
     doc = pymupdf.open(stream=pdf, filetype="pdf")
     xref = 0
-    for page in doc:
+    for page in doc.pages():
         corner = pymupdf.Rect(A4.width - 50, 14, A4.width - 14, 50)
         xref = page.insert_image(corner, stream=logo, xref=xref)
     return doc

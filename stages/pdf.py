@@ -144,8 +144,12 @@ def _check_usable(doc: pymupdf.Document, name: str) -> None:
             _msg(name, "password-protected PDF; remove the password and submit it again")
         )
     if doc.page_count > 0:
+        if doc.is_repaired and _lost_content(doc):
+            raise InvalidDocument(
+                _msg(name, "damaged PDF (truncated or corrupt, pages lost); submit a complete copy")
+            )
         if doc.is_repaired:
-            log.warning("%s: damaged PDF repaired on open; some content may be missing", name)
+            log.warning("%s: damaged PDF repaired on open; its pages are intact", name)
         return
     # MuPDF "repairs" a truncated file by scanning for objects; with the page tree gone it
     # opens without an error and shows zero pages.
@@ -157,6 +161,20 @@ def _check_usable(doc: pymupdf.Document, name: str) -> None:
             )
         )
     raise InvalidDocument(_msg(name, "PDF has no pages"))
+
+
+def _lost_content(doc: pymupdf.Document) -> bool:
+    """Whether a repaired document lost pages or content streams (a truncated file keeps
+    its page objects but not what they point to): partial text must not pass for whole."""
+    try:
+        for number in range(doc.page_count):
+            page = doc.load_page(number)
+            contents = page.get_contents()
+            if not contents or not all(doc.xref_is_stream(x) for x in contents):
+                return True
+    except (ValueError, RuntimeError, *_MUPDF_ERRORS):
+        return True
+    return False
 
 
 def _msg(name: str, reason: str) -> str:

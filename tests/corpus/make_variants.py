@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pymupdf
 
+# PyMuPDF's type hints miss some of its constants.
+AES_256: int = pymupdf.PDF_ENCRYPT_AES_256  # type: ignore[attr-defined]
+
 
 def collect(root: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
@@ -53,7 +56,7 @@ def broken(pdfs: Path, out: Path) -> None:
     with pymupdf.open(source) as doc:
         doc.save(
             out / "encrypted.pdf",
-            encryption=pymupdf.PDF_ENCRYPT_AES_256,
+            encryption=AES_256,
             user_pw="user-secret",
             owner_pw="owner-secret",
         )

@@ -136,12 +136,6 @@ async def test_broken_pdfs_fail_at_parse_once_and_good_ones_finish(
             await env.assert_indexed(doc_id)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug: stages/pdf.py _check_usable accepts a truncated PDF that MuPDF "
-    "'repairs' into pages whose objects or content streams are gone; it goes ready with "
-    "part of its text instead of failing at parse",
-)
 async def test_truncated_pdf_fails_at_parse_once(
     dsn: str, tmp_path: Path, fake_cohere: TimedCohere
 ) -> None:

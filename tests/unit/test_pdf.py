@@ -25,6 +25,8 @@ from tests.support.corpus import big_pdf, broken_pdfs, corpus_pdfs
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "samples"
+# PyMuPDF's type hints miss some of its constants.
+AES_256: int = pymupdf.PDF_ENCRYPT_AES_256  # type: ignore[attr-defined]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 JPEG_MAGIC = b"\xff\xd8"
 
@@ -67,9 +69,7 @@ def truncated_pdf() -> bytes:
 
 def encrypted_pdf() -> bytes:
     doc = pymupdf.open(stream=pdf_bytes(["secret plans"]), filetype="pdf")
-    return bytes(
-        doc.tobytes(encryption=pymupdf.PDF_ENCRYPT_AES_256, user_pw="u-pass", owner_pw="o-pass")
-    )
+    return bytes(doc.tobytes(encryption=AES_256, user_pw="u-pass", owner_pw="o-pass"))
 
 
 BROKEN: dict[str, tuple[bytes, str]] = {
@@ -123,7 +123,7 @@ def test_header_after_leading_junk_is_accepted() -> None:
 
 def test_encrypted_with_empty_user_password_opens() -> None:
     plain = pymupdf.open(stream=pdf_bytes(["open to all"]), filetype="pdf")
-    data = plain.tobytes(encryption=pymupdf.PDF_ENCRYPT_AES_256, owner_pw="owner", user_pw="")
+    data = plain.tobytes(encryption=AES_256, owner_pw="owner", user_pw="")
     doc = open_pdf(data, name="restricted.pdf")
     [(page, _)] = list(iter_pages(doc))
     assert "open to all" in page.text
@@ -135,6 +135,19 @@ def test_text_of_every_page_in_order() -> None:
     assert [p.page for p in pages] == [1, 2, 3]
     for page, word in zip(pages, ["alpha", "beta", "gamma"], strict=True):
         assert page.text == f"{word} page"
+
+
+def test_an_unreadable_page_is_left_out_and_the_rest_parsed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    doc = pymupdf.open(stream=pdf_bytes(["first page", "second page"]), filetype="pdf")
+    # 100,000 nested graphics states: MuPDF gives up on this page's content.
+    doc.update_stream(doc[0].get_contents()[0], b"q " * 100_000)
+    opened = open_pdf(bytes(doc.tobytes()), name="deep.pdf")
+    with caplog.at_level(logging.WARNING, logger="stages.pdf"):
+        texts = [text.text for text, _ in iter_pages(opened)]
+    assert texts == ["", "second page"]
+    assert "page 1 text cannot be read" in caplog.text
 
 
 def test_ligatures_are_expanded() -> None:
@@ -170,7 +183,7 @@ def images_pdf() -> bytes:
 
 def test_images_deduplicated_by_xref_and_content_and_tiny_ones_skipped() -> None:
     doc = open_pdf(images_pdf(), name="images.pdf")
-    xrefs = [len({i[0] for i in page.get_images(full=True)}) for page in doc]
+    xrefs = [len({i[0] for i in page.get_images(full=True)}) for page in doc.pages()]
     assert xrefs == [3, 2, 1]  # the document really repeats images
     by_page = [images for _, images in iter_pages(doc)]
     assert [[(i.width, i.height) for i in images] for images in by_page] == [
@@ -267,14 +280,15 @@ def test_corpus_broken_variants() -> None:
 
 
 @pytest.mark.corpus
+@pytest.mark.timeout(300)
 def test_corpus_every_pdf_parses() -> None:
-    """Every real PDF opens and yields text and valid, distinct images (first 15 pages each,
+    """Every real PDF opens and yields text and valid, distinct images (first 8 pages each,
     to stay fast; the image-heavy manuals in full)."""
     pdfs = corpus_pdfs(min_count=60)
     pages = with_text = images = 0
     for path in pdfs:
         doc = open_pdf(path, name=path.name)
-        limit = doc.page_count if "expeyes" in path.name else 15
+        limit = doc.page_count if "expeyes" in path.name else 8
         hashes: set[str] = set()
         for text, found in iter_pages(doc):
             pages += 1
@@ -287,20 +301,27 @@ def test_corpus_every_pdf_parses() -> None:
             if text.page >= limit:
                 break
         doc.close()
-    assert pages > 2000
+    assert pages > 1500
     assert with_text / pages > 0.95
     assert images > 150
 
 
 _RSS_PROBE = textwrap.dedent(
     """
-    import json, resource, sys
+    import json, sys
+    from pathlib import Path
     from stages.pdf import iter_pages, open_pdf
+
+    def peak_mb():
+        # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the parent (pytest).
+        status = Path("/proc/self/status").read_text()
+        return int(status.split("VmHWM:")[1].split()[0]) // 1024
+
     rss = {}
     doc = open_pdf(sys.argv[1], name="big.pdf")
     for text, _ in iter_pages(doc):
         if text.page in (1000, 2000):
-            rss[text.page] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+            rss[text.page] = peak_mb()
     print(json.dumps(rss))
     """
 )
@@ -308,6 +329,7 @@ _RSS_PROBE = textwrap.dedent(
 
 @pytest.mark.corpus
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_memory_levels_off_on_a_2000_page_pdf() -> None:
     """Peak RSS (MB) after 1,000 pages and after 2,000: the second thousand adds little."""
     path = big_pdf()
@@ -317,7 +339,7 @@ def test_memory_levels_off_on_a_2000_page_pdf() -> None:
         capture_output=True,
         text=True,
         check=True,
-        timeout=110,
+        timeout=280,
     )
     rss = {int(k): v for k, v in json.loads(out.stdout).items()}
     assert rss[2000] - rss[1000] < 64, rss
