@@ -12,7 +12,7 @@ import sys
 import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import click
@@ -35,12 +35,14 @@ from runtime.models import Document, DocumentStatus
 from runtime.repository import Pool
 from runtime.worker import Worker
 from stages import store
-from stages import verify as verify_mod
-from stages.assets import document_prefix
 from stages.pipeline import pipeline_for, services_for
 from stages.progress import watch
-from stages.services import Services
-from stages.submit import submit as submit_one
+
+# The services pull in PyMuPDF, onnxruntime, qdrant-client and minio (seconds of imports):
+# commands import them when they run, so `--help` and `status` stay quick.
+if TYPE_CHECKING:
+    from stages.services import Services
+    from stages.verify import Report
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 force_option = click.option(
@@ -83,6 +85,8 @@ def expand(paths: Sequence[str]) -> tuple[list[Path], list[Refused]]:
 async def submit_paths(
     pool: Pool, services: Services, files: Iterable[Path], force: bool
 ) -> tuple[list[SubmitResult], list[Refused]]:
+    from stages.submit import submit as submit_one
+
     done: list[SubmitResult] = []
     refused: list[Refused] = []
     for path in files:
@@ -334,6 +338,8 @@ def delete(app: App, documents: tuple[str, ...], as_json: bool) -> None:
     ids = parse_ids(documents)
 
     async def go(dsn: str) -> list[str]:
+        from stages.assets import document_prefix
+
         services = services_for(app.build_context())
         async with services.lifespan(), open_pool(dsn) as pool:
             docs = DocumentRepository(pool)
@@ -368,7 +374,9 @@ def verify_cmd(app: App, repair: bool, as_json: bool) -> None:
     files per document. Exit 0 when clean, 1 when something was found.
     """
 
-    async def go(dsn: str) -> verify_mod.Report:
+    async def go(dsn: str) -> Report:
+        from stages import verify as verify_mod
+
         services = services_for(app.build_context())
         async with services.lifespan(), open_pool(dsn) as pool:
             report = await verify_mod.verify(pool, services)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from runtime.plugin import BuildContext
 from runtime.stage import Pipeline
-from stages.chunk import ChunkStage
-from stages.embed import EmbedStage
-from stages.index import IndexStage
-from stages.parse import ParseStage
-from stages.services import Services
-from stages.vision import VisionStage
+
+if TYPE_CHECKING:
+    from stages.services import Services
 
 STAGES = ("parse", "chunk", "vision", "embed", "index")
 
@@ -19,10 +18,19 @@ DEFAULT_CONCURRENCY = {"parse": 2, "chunk": 2, "vision": 2, "embed": 4, "index":
 
 
 def services_for(ctx: BuildContext) -> Services:
+    # Imported here: the services bring PyMuPDF, onnxruntime, qdrant-client and minio.
+    from stages.services import Services
+
     return Services(ctx.env, ctx.data_dir)
 
 
 def pipeline_for(services: Services) -> Pipeline:
+    from stages.chunk import ChunkStage
+    from stages.embed import EmbedStage
+    from stages.index import IndexStage
+    from stages.parse import ParseStage
+    from stages.vision import VisionStage
+
     return Pipeline(
         stages=[
             ParseStage(services),

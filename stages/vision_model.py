@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import io
+import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -254,7 +255,13 @@ class LocalOCR:
             "EngineConfig.onnxruntime.intra_op_num_threads": threads,
             "EngineConfig.onnxruntime.inter_op_num_threads": 1,
         }
-        return RapidOCR(params=params)
+        engine = RapidOCR(params=params)
+        # RapidOCR installs its own coloured stderr handler; route its records through
+        # ours instead, so --log-format json stays one JSON object per line.
+        ocr_log = logging.getLogger("RapidOCR")
+        ocr_log.handlers.clear()
+        ocr_log.propagate = True
+        return engine
 
     async def aclose(self) -> None:
         with self._load_lock:
