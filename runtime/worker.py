@@ -153,6 +153,11 @@ def failure_of(exc: BaseException) -> Failure:
             permanent=not isinstance(exc, TransientError),
             retry_after_s=retry_after,
         )
+    if isinstance(exc, asyncpg.DataError):
+        # Bad data for a column (e.g. invalid text): the same input fails the same way.
+        return Failure(
+            message=one_line(f"{type(exc).__name__}: {exc}"), kind="invalid_data", permanent=True
+        )
     # Anything unclassified (a bug, a library error) gets retried within max_attempts;
     # the message keeps the type so the person reading it can tell.
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -333,7 +338,10 @@ class Worker:
             with anyio.CancelScope(shield=True):
                 await self._settle(flight, outcome, jlog)
         finally:
-            del self.inflight[job.id]
+            # The sweep may have requeued this job and this worker claimed it again: the
+            # entry then belongs to the new claim, which removes it itself.
+            if self.inflight.get(job.id) is flight:
+                del self.inflight[job.id]
             self.running[stage.name] -= 1
             self._wake[stage.name].set()
             self._drained.set()

@@ -255,7 +255,9 @@ def _skipped(doc: pymupdf.Document, page: Any, what: str, exc: BaseException) ->
 
 def _page_text(page: Any) -> str:
     blocks = page.get_text("blocks", flags=_TEXT_FLAGS)
-    return "\n\n".join(text for b in blocks if b[6] == 0 and (text := b[4].strip()))
+    text = "\n\n".join(t for b in blocks if b[6] == 0 and (t := b[4].strip()))
+    # Some fonts map glyphs to U+0000; PostgreSQL text cannot hold it, and it means nothing.
+    return text.replace("\x00", "") if "\x00" in text else text
 
 
 def _page_images(

@@ -1,0 +1,233 @@
+"""Chaos soak: the acceptance chaos scenario, longer, with PostgreSQL restarts; prints figures.
+
+``python -m bench.chaos [--pdfs 150] [--chaos-s 90] [--pg-restarts 2]`` runs the harness
+of :mod:`tests.support.chaos` against a private embedded PostgreSQL that it starts (and
+restarts, ``--pg-restarts`` times, during the chaos) in a temporary directory. With
+``--database-url URL`` it uses that server instead (a throwaway database is created and
+dropped) and restarts nothing unless ``--restart-command CMD`` is given explicitly, e.g.
+``--restart-command 'pg_ctlcluster 16 main restart'``.
+
+Figures are printed, and the run exits 1 if an invariant broke (a good document not ready,
+a point duplicated, missing or orphaned, more wasted embed requests than interrupted embed
+jobs, verify not clean), so it can gate a nightly job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import anyio
+import asyncpg
+
+from runtime.migrate import migrate
+from tests.support.chaos import (
+    Chaos,
+    ChaosConfig,
+    CountingCohere,
+    Docs,
+    Findings,
+    inspect,
+    small_pdfs,
+)
+from tests.support.corpus import BROKEN_KINDS, CORPUS_DIR
+from tests.support.db import with_database
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__)
+    p.add_argument("--pdfs", type=int, default=150)
+    p.add_argument("--max-pages", type=int, default=30)
+    p.add_argument("--chaos-s", type=float, default=90.0)
+    p.add_argument("--kill-every-s", default="2,3", help="min,max seconds between SIGKILLs")
+    p.add_argument("--pg-restarts", type=int, default=2)
+    p.add_argument("--drain-timeout-s", type=float, default=600.0)
+    p.add_argument("--seed", type=int, default=11)
+    p.add_argument("--database-url", default=None, help="use this server, not an embedded one")
+    p.add_argument("--restart-command", default=None, help="shell command restarting it")
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    p.add_argument("--quiet", action="store_true", help="do not print each injected fault")
+    return p.parse_args(argv)
+
+
+async def _admin(dsn: str, statement: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+async def _migrate(dsn: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await migrate(conn)
+    finally:
+        await conn.close()
+
+
+@contextlib.contextmanager
+def _server(args: argparse.Namespace, tmp: Path) -> Iterator[tuple[str, Callable[[], None] | None]]:
+    """(server DSN, restart function or None)."""
+    if args.database_url:
+        command = args.restart_command
+        yield args.database_url, (lambda: _run_shell(command)) if command else None
+        return
+    from runtime.embedded import EmbeddedPostgres
+
+    pg = EmbeddedPostgres(tmp / "pg")
+    dsn = pg.acquire()
+
+    def restart() -> None:
+        pg.stop()
+        pg.acquire()
+
+    try:
+        yield dsn, restart
+    finally:
+        pg.stop()
+
+
+def _run_shell(command: str) -> None:
+    subprocess.run(command, shell=True, check=True)
+
+
+@contextlib.contextmanager
+def _database(server: str) -> Iterator[str]:
+    name = f"ragline_chaos_{secrets.token_hex(3)}"
+    anyio.run(_admin, server, f"CREATE DATABASE {name}")
+    dsn = with_database(server, name)
+    try:
+        anyio.run(_migrate, dsn)
+        yield dsn
+    finally:
+        with contextlib.suppress(OSError, asyncpg.PostgresError):
+            anyio.run(_admin, server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def _config(args: argparse.Namespace, restarts: int) -> ChaosConfig:
+    low, high = (float(x) for x in args.kill_every_s.split(","))
+    return ChaosConfig(
+        pdfs=args.pdfs,
+        max_pages=args.max_pages,
+        chaos_s=args.chaos_s,
+        kill_every_s=(low, high),
+        pg_restarts=restarts,
+        drain_timeout_s=args.drain_timeout_s,
+        seed=args.seed,
+    )
+
+
+def _corpus(config: ChaosConfig) -> tuple[list[Path], list[Path]]:
+    if not (CORPUS_DIR / ".complete").is_file():
+        sys.exit("corpus not fetched: run tests/corpus/fetch.sh")
+    good = small_pdfs(sorted((CORPUS_DIR / "pdfs").glob("*.pdf")), config.pdfs, config.max_pages)
+    broken = [CORPUS_DIR / "broken" / f"{k}.pdf" for k in BROKEN_KINDS]
+    return good, broken
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="ragline-chaos-"))
+    try:
+        with _server(args, tmp) as (server, restart), _database(server) as dsn:
+            config = _config(args, args.pg_restarts if restart else 0)
+            return _soak(config, dsn, tmp, restart, quiet=args.quiet)
+    finally:
+        if not args.keep:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"kept {tmp}")
+
+
+def _soak(
+    config: ChaosConfig, dsn: str, tmp: Path, restart: Callable[[], None] | None, *, quiet: bool
+) -> int:
+    good, broken = _corpus(config)
+    (tmp / "logs").mkdir()
+    server = CountingCohere(dims=config.dims, rates=config.fault_rates()).start()
+    say: Callable[[str], None] = (lambda _m: None) if quiet else print
+    chaos = Chaos(config, dsn, tmp / "data", tmp / "logs", server, restart_db=restart, say=say)
+    try:
+        docs = anyio.run(chaos.submit, good, broken)
+        began = time.monotonic()
+        chaos.run()
+        wall = time.monotonic() - began
+        found = anyio.run(inspect, chaos)
+    finally:
+        chaos.fleet.kill_all()
+        server.stop()
+    return _report(chaos, docs, found, wall)
+
+
+def _report(chaos: Chaos, docs: Docs, found: Findings, wall_s: float) -> int:
+    good, broken, refused = docs.good, docs.broken, docs.refused
+    ready = sum(1 for i in good if found.docs[i].status == "ready")
+    failed_broken = sum(
+        1
+        for i in broken
+        if found.docs[i].status == "failed" and (found.docs[i].error or "").startswith("parse: ")
+    )
+    chunk_rows = sum(d.chunks for d in found.docs.values() if d.status == "ready")
+    bound = chaos.interrupted_embed_jobs()
+    wasted = max(0, found.embed_ok - found.embed_needed)
+    lost = sum(j.lost for j in found.jobs)
+    worst = max((j.attempts for j in found.jobs), default=0)
+    rows = [
+        ("documents", f"{len(good)} good, {len(broken)} broken, {len(refused)} refused at submit"),
+        ("ready", f"{ready}/{len(good)}"),
+        ("broken failed once at parse", f"{failed_broken}/{len(broken)}"),
+        ("SIGKILLs", chaos.kills()),
+        ("PostgreSQL restarts", chaos.injected("pg-restart")),
+        ("backend terminations", chaos.injected("terminate-backends")),
+        (
+            "SIGSTOP past lease / SIGTERM mid-embed",
+            f"{chaos.injected('sigstop')} / {chaos.injected('sigterm-mid-embed')}",
+        ),
+        ("worker processes started", len(chaos.fleet.every)),
+        ("workers crashed on their own", len(chaos.crashes())),
+        ("chaos, then time to drain", f"{chaos.config.chaos_s:.0f}s, {chaos.drain_s:.1f}s"),
+        ("wall time (fleet up to drained)", f"{wall_s:.1f}s"),
+        ("faults injected", ", ".join(f"{k} {v}" for k, v in sorted(found.faults.items()))),
+        ("embed 200s / batches needed", f"{found.embed_ok} / {found.embed_needed}"),
+        ("wasted embed requests / bound", f"{wasted} / {bound} (embed jobs interrupted)"),
+        ("texts embedded / distinct", f"{found.texts_embedded} / {found.distinct_texts}"),
+        ("attempts lost to dead workers", lost),
+        ("highest attempts / max", f"{worst} / {chaos.config.max_attempts}"),
+        (
+            "points / chunk rows of ready docs",
+            f"{found.total_points} / {chunk_rows}",
+        ),
+        (
+            "duplicates / orphans / missing",
+            f"{found.duplicates()} / {found.orphan_points} / {found.missing()}",
+        ),
+        ("verify", "clean" if found.verify.clean else f"{len(found.verify.problems)} problem(s)"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+    ok = (
+        ready == len(good)
+        and failed_broken == len(broken)
+        and found.duplicates() == found.orphan_points == found.missing() == found.extra() == 0
+        and wasted <= bound
+        and found.verify.clean
+    )
+    for event in chaos.crashes():
+        print(f"  crash at {event.at_s:.1f}s ({event.role}, pid {event.pid}): {event.note}")
+    print("result:", "OK" if ok else "INVARIANT BROKEN")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
