@@ -13,6 +13,7 @@ Two implementations of :class:`Embedder`:
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import threading
@@ -58,6 +59,17 @@ class Embedder(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+def decode_base64_vector(encoded: str) -> list[float]:
+    """Cohere's base64 embedding: the float32 (little-endian) bytes of the vector."""
+    try:
+        raw = base64.b64decode(encoded, validate=True)
+    except ValueError as exc:
+        raise TransientError("cohere embed: undecodable base64 embedding") from exc
+    if len(raw) % 4:
+        raise TransientError("cohere embed: base64 embedding is not whole float32 values")
+    return np.frombuffer(raw, dtype="<f4").tolist()  # type: ignore[no-any-return]
 
 
 def l2_normalize(vectors: FloatArray) -> FloatArray:
@@ -124,10 +136,13 @@ class CohereEmbedder:
                 model=self.config.model,
                 input_type=input_type,
                 texts=list(texts),
-                embedding_types=["float"],
+                # base64 (float32 bytes) instead of "float": the SDK builds a pydantic value
+                # per float, ~1.1 s of CPU for 96 x 1024 here; base64 decodes in ~1 ms.
+                embedding_types=["base64"],
                 **self._dimension_kwargs(),
             )
-        floats = response.embeddings.float_
+        encoded = response.embeddings.base64
+        floats = None if encoded is None else [decode_base64_vector(e) for e in encoded]
         return self._checked(floats, len(texts))
 
     def _dimension_kwargs(self) -> dict[str, Any]:

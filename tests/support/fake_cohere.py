@@ -252,10 +252,21 @@ class FakeCohere:
             _bump(self.stats.input_types, body.get("input_type"))
             _bump(self.stats.models, model)
             _bump(self.stats.output_dimensions, body.get("output_dimension"))
+        vectors = [fake_vector(t, dims, model) for t in texts]
+        embeddings: dict[str, Any] = {}
+        for kind in body.get("embedding_types") or ["float"]:
+            if kind == "float":
+                embeddings["float"] = vectors
+            elif kind == "base64":  # float32 little-endian bytes, as Cohere documents it
+                embeddings["base64"] = [
+                    base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode() for v in vectors
+                ]
+            else:
+                raise BadRequest(f"embedding type {kind!r} is not supported by this fake")
         return {
             "id": str(uuid.uuid4()),
             "response_type": "embeddings_by_type",
-            "embeddings": {"float": [fake_vector(t, dims, model) for t in texts]},
+            "embeddings": embeddings,
             "texts": texts,
             "meta": {
                 "api_version": {"version": "2"},

@@ -1,0 +1,457 @@
+"""End-to-end ingest benchmark: ragline's parse→index next to raw PyMuPDF, in one run.
+
+``python -m bench.ingest [--docs N] [--quick]`` creates a throwaway database
+(``ragline_bench_<random>``) on ``DATABASE_URL`` (default: the local server) and prints:
+
+1. pages/s of the whole pipeline on the real-PDF corpus with TWO worker processes
+   (``python -m runtime --pipeline bench.standins:plugin --exit-when-idle``: the real
+   parse, chunk, asset store and embedded vector index; the embedder and vision replaced
+   by zero-cost stand-ins), from the first claim to the last document ready, next to raw
+   PyMuPDF's two-process text + image extraction of the same files, and where the time
+   went per stage (from ``stage_jobs.started_at``/``finished_at``);
+2. peak RSS of one ``--stages parse`` worker parsing a 2,000-page PDF, and on the most
+   image-heavy corpus file next to raw PyMuPDF's own peak for that file.
+
+Peak RSS is the kernel's ``ru_maxrss`` of the child process (``os.wait4``).
+"""
+
+# PyMuPDF's API is only partly typed.
+# mypy: disallow-untyped-calls=False
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import asyncpg
+import msgspec
+import pymupdf
+
+from bench.queue import bench_database, connection, heading, pool_of, row, server_dsn, verdict
+from runtime.documents import DocumentRepository
+from stages.assets import AssetStore, DirStore
+from stages.submit import inspect_file, submit
+from tests.support.corpus import CORPUS_DIR, corpus_ready
+
+REPO = Path(__file__).resolve().parent.parent
+PLUGIN = "bench.standins:plugin"
+WORKERS = 2
+RAW_PROCESSES = 2
+RATIO_FLOOR = 0.50
+BIG_PAGES = 2000
+BIG_RSS_FLOOR_MB = 400.0
+IMAGE_RSS_MARGIN_MB = 100.0
+RUN_TIMEOUT_S = 3600.0
+QUICK_DOCS = 20
+
+# Raw PyMuPDF in a lean interpreter (nothing imported but pymupdf), so its memory and
+# start-up are the floor ragline is compared with. ``rate FILE...``: a pool of N forked
+# processes over the files (largest first), timed around the map; ``one FILE``: one file.
+RAW_SCRIPT = r"""
+import json, multiprocessing, sys, time
+import pymupdf
+
+def extract(path):
+    pages = images = size = 0
+    try:
+        doc = pymupdf.open(path)
+    except Exception:
+        return [path, -1, 0, 0]
+    for page in doc:
+        page.get_text()
+        for img in page.get_images(full=True):
+            info = doc.extract_image(img[0])
+            if info:
+                images += 1
+                size += len(info["image"])
+        pages += 1
+    doc.close()
+    return [path, pages, images, size]
+
+mode, args = sys.argv[1], sys.argv[2:]
+if mode == "one":
+    print(json.dumps({"seconds": 0.0, "files": [extract(args[0])]}))
+else:
+    procs, files = int(args[0]), args[1:]
+    with multiprocessing.get_context("fork").Pool(procs) as pool:
+        pool.map(abs, range(procs))  # workers up before the clock starts
+        started = time.perf_counter()
+        out = list(pool.imap_unordered(extract, files, chunksize=1))
+        seconds = time.perf_counter() - started
+    print(json.dumps({"seconds": seconds, "files": out}))
+"""
+
+# Finish line: the first claim of any job to the last index job's commit (server clock).
+SPAN_SQL = """
+SELECT extract(epoch FROM max(finished_at) FILTER (WHERE stage = 'index' AND state = 'succeeded')
+                         - min(started_at))::float8 AS span_s
+FROM stage_jobs
+"""
+PAGES_SQL = "SELECT count(*) FROM pages"
+CHUNKS_SQL = "SELECT count(*) FROM chunks"
+ASSETS_SQL = "SELECT count(*), coalesce(sum(byte_size), 0)::bigint FROM assets"
+FAILED_SQL = """
+SELECT filename, stage, error FROM documents WHERE status = 'failed' ORDER BY 1
+"""
+STATUS_SQL = "SELECT status::text AS status, count(*) AS n FROM documents GROUP BY 1 ORDER BY 1"
+# Seconds each stage's successful jobs ran, summed over both processes' slots.
+STAGE_SQL = """
+SELECT stage, count(*) AS jobs,
+       sum(extract(epoch FROM finished_at - started_at))::float8 AS busy_s,
+       max(extract(epoch FROM finished_at - started_at))::float8 AS max_s,
+       extract(epoch FROM max(finished_at) - min(started_at))::float8 AS window_s
+FROM stage_jobs WHERE state = 'succeeded' GROUP BY stage
+"""
+JOB_STATE_SQL = """
+SELECT state::text, last_error FROM stage_jobs
+WHERE document_id = $1 AND stage = $2 ORDER BY id DESC LIMIT 1
+"""
+
+
+class Options(msgspec.Struct, frozen=True, kw_only=True):
+    server_dsn: str
+    docs: int | None = None
+
+
+class RawFile(msgspec.Struct, frozen=True):
+    path: str
+    pages: int
+    images: int
+    image_bytes: int
+
+
+class RawRun(msgspec.Struct, frozen=True):
+    seconds: float
+    files: list[RawFile]
+
+    @property
+    def pages(self) -> int:
+        return sum(max(f.pages, 0) for f in self.files)
+
+
+class Measured(msgspec.Struct, frozen=True):
+    """A finished child process: exit code, wall seconds, peak resident memory."""
+
+    exit_code: int
+    seconds: float
+    max_rss_mb: float
+
+
+class StageTime(msgspec.Struct, frozen=True):
+    stage: str
+    jobs: int
+    busy_s: float
+    max_s: float
+    window_s: float
+
+
+def load_note() -> str:
+    """The machine's load, printed next to timings: this host is shared and noisy."""
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} CPUs"
+
+
+# -- the corpus ---------------------------------------------------------------------------
+
+
+def corpus_files(limit: int | None) -> list[Path]:
+    """Distinct corpus PDFs (by content), the first ``limit`` by name, largest first."""
+    if not corpus_ready():
+        sys.exit("corpus not fetched: PYTHON=/work/venv/bin/python bash tests/corpus/fetch.sh")
+    seen: set[str] = set()
+    picked: list[Path] = []
+    for path in sorted((CORPUS_DIR / "pdfs").glob("*.pdf")):
+        digest = inspect_file(path).sha256
+        if digest not in seen:
+            seen.add(digest)
+            picked.append(path)
+    chosen = picked[:limit] if limit else picked
+    return sorted(chosen, key=lambda p: p.stat().st_size, reverse=True)
+
+
+def big_pdf(tmp: Path, corpus: Sequence[Path]) -> Path:
+    """The 2,000-page corpus PDF, or one concatenated from corpus files into ``tmp``."""
+    cached = CORPUS_DIR / "big" / "big-2000.pdf"
+    if cached.is_file():
+        return cached
+    out = pymupdf.open()
+    for path in sorted(corpus):
+        with pymupdf.open(path) as src:
+            out.insert_pdf(src, to_page=min(src.page_count, BIG_PAGES - out.page_count) - 1)
+        if out.page_count >= BIG_PAGES:
+            break
+    target = tmp / "big-2000.pdf"
+    out.save(target)
+    out.close()
+    return target
+
+
+# -- child processes ----------------------------------------------------------------------
+
+
+def child_env() -> dict[str, str]:
+    """This environment minus ragline's and the providers' knobs (the flags say it all)."""
+    skip = ("RAGLINE_", "COHERE_", "QDRANT_", "MINIO_", "DATABASE_URL")
+    return {k: v for k, v in os.environ.items() if not k.startswith(skip)}
+
+
+def worker_command(dsn: str, data_dir: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "runtime", "--database-url", dsn, "--data-dir", str(data_dir),
+        "--pipeline", PLUGIN, "--no-auto-migrate", "--log-level", "warning",
+        "--exit-when-idle", *extra,
+    ]  # fmt: skip
+
+
+def wait_measured(proc: subprocess.Popen[bytes], started: float, timeout_s: float) -> Measured:
+    """Reap ``proc`` with ``wait4`` (its own rusage); kill it if it overruns."""
+    deadline = started + timeout_s
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            # ru_maxrss is in KiB on Linux.
+            return Measured(proc.returncode, time.perf_counter() - started, usage.ru_maxrss / 1024)
+        if time.perf_counter() > deadline:
+            proc.kill()
+        time.sleep(0.02)
+
+
+def start(cmd: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as sink:
+        return subprocess.Popen(cmd, cwd=REPO, env=child_env(), stdout=sink, stderr=sink)
+
+
+def run_children(cmds: Sequence[Sequence[str]], log: Path) -> list[Measured]:
+    """Start every command at once; wait for all; fail loudly with the log's tail."""
+    started = time.perf_counter()
+    procs = [start(cmd, log) for cmd in cmds]
+    results = [wait_measured(proc, started, RUN_TIMEOUT_S) for proc in procs]
+    if any(r.exit_code != 0 for r in results):
+        tail = log.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"child exited {[r.exit_code for r in results]}; log tail:\n{tail}")
+    return results
+
+
+def raw_pymupdf(mode: str, args: Sequence[str], log: Path) -> tuple[RawRun, Measured]:
+    out = log.with_suffix(".json")
+    cmd = [sys.executable, "-c", RAW_SCRIPT, mode, *args]
+    started = time.perf_counter()
+    with out.open("wb") as sink, log.open("ab") as err:
+        proc = subprocess.Popen(cmd, env=child_env(), stdout=sink, stderr=err)
+    measured = wait_measured(proc, started, RUN_TIMEOUT_S)
+    if measured.exit_code != 0:
+        raise RuntimeError(f"raw PyMuPDF exited {measured.exit_code}: {log.read_text()[-2000:]}")
+    raw = json.loads(out.read_text())
+    files = [RawFile(*f) for f in raw["files"]]
+    return RawRun(seconds=float(raw["seconds"]), files=files), measured
+
+
+# -- 1. end to end ------------------------------------------------------------------------
+
+
+async def submit_all(dsn: str, assets: AssetStore, files: Sequence[Path]) -> list[uuid.UUID]:
+    async with pool_of(dsn, 2) as pool:
+        return [(await submit(pool, assets, path)).document_id for path in files]
+
+
+async def stage_times(conn: asyncpg.Connection[Any]) -> list[StageTime]:
+    rows = await conn.fetch(STAGE_SQL)
+    order = {s: i for i, s in enumerate(("parse", "chunk", "vision", "embed", "index"))}
+    times = [StageTime(**dict(r)) for r in rows]
+    return sorted(times, key=lambda t: order.get(t.stage, 99))
+
+
+def print_stage_times(times: Sequence[StageTime], span_s: float) -> None:
+    total = sum(t.busy_s for t in times) or 1.0
+    print(
+        "where the time went (successful jobs; busy = sum of job durations over all slots "
+        f"of both processes; {WORKERS} processes × the stage's slots run at once):"
+    )
+    widths = (6, 5, 9, 7, 8, 10, 14)
+    row("stage", "jobs", "busy s", "share", "max s", "window s", "mean ms/job", widths=widths)
+    for t in times:
+        row(
+            t.stage, t.jobs, f"{t.busy_s:.1f}", f"{t.busy_s / total:.0%}", f"{t.max_s:.2f}",
+            f"{t.window_s:.1f}", f"{t.busy_s / t.jobs * 1000:.1f}", widths=widths,
+        )  # fmt: skip
+    print(f"(end-to-end span {span_s:.1f}s)")
+
+
+async def pipeline_summary(conn: asyncpg.Connection[Any]) -> tuple[float, int]:
+    span = await conn.fetchval(SPAN_SQL)
+    pages = int(await conn.fetchval(PAGES_SQL))
+    statuses = {r["status"]: r["n"] for r in await conn.fetch(STATUS_SQL)}
+    chunks = int(await conn.fetchval(CHUNKS_SQL))
+    assets, asset_bytes = await conn.fetchrow(ASSETS_SQL) or (0, 0)
+    print(
+        f"documents {statuses}; {pages} pages, {chunks} chunks, {assets} images stored "
+        f"({asset_bytes / 1e6:.1f} MB)"
+    )
+    for r in await conn.fetch(FAILED_SQL):
+        print(f"  FAILED {r['filename']} at {r['stage']}: {r['error']}")
+    if span is None:
+        raise RuntimeError("no index job succeeded")
+    return float(span), pages
+
+
+async def ragline_run(dsn: str, data_dir: Path, files: Sequence[Path]) -> tuple[float, int]:
+    """Two worker processes over all stages; returns (span seconds, pages)."""
+    await submit_all(dsn, DirStore(data_dir / "assets"), files)
+    cmd = worker_command(dsn, data_dir)
+    measured = await anyio.to_thread.run_sync(
+        run_children, [cmd] * WORKERS, data_dir / "workers.log"
+    )
+    rss = ", ".join(f"{m.max_rss_mb:.0f}" for m in measured)
+    print(f"worker processes: exit {[m.exit_code for m in measured]}, peak RSS MB [{rss}]")
+    async with connection(dsn) as conn:
+        span_s, pages = await pipeline_summary(conn)
+        times = await stage_times(conn)
+    print_stage_times(times, span_s)
+    return span_s, pages
+
+
+async def section_end_to_end(dsn: str, data_dir: Path, files: Sequence[Path]) -> RawRun:
+    total_mb = sum(p.stat().st_size for p in files) / 1e6
+    heading(
+        f"1. End to end parse→index: {len(files)} corpus PDFs ({total_mb:.0f} MB), "
+        f"{WORKERS} worker processes (stand-in embedder and vision) vs raw PyMuPDF text + "
+        f"images in {RAW_PROCESSES} processes"
+    )
+    print(f"before ragline: {load_note()}")
+    span_s, pages = await ragline_run(dsn, data_dir, files)
+    print(f"after ragline / before raw: {load_note()}")
+    args = [str(RAW_PROCESSES), *map(str, files)]
+    raw, _ = await anyio.to_thread.run_sync(raw_pymupdf, "rate", args, data_dir / "raw-rate.log")
+    print(f"after raw: {load_note()}")
+    raw_images = sum(f.images for f in raw.files)
+    print(
+        f"raw PyMuPDF: {raw.pages} pages, {raw_images} images extracted "
+        f"({sum(f.image_bytes for f in raw.files) / 1e6:.1f} MB) in {raw.seconds:.1f}s"
+    )
+    ours, theirs = pages / span_s, raw.pages / raw.seconds
+    widths = (22, 8, 9, 8)
+    row("", "pages", "seconds", "pages/s", widths=widths)
+    row("ragline (2 processes)", pages, f"{span_s:.1f}", f"{ours:.1f}", widths=widths)
+    row("raw PyMuPDF (2 procs)", raw.pages, f"{raw.seconds:.1f}", f"{theirs:.1f}", widths=widths)
+    ratio = ours / theirs
+    ok = verdict(ratio >= RATIO_FLOOR)
+    print(f"ratio ragline / raw: {ratio:.2f} (floor ≥ {RATIO_FLOOR}: {ok})")
+    return raw
+
+
+# -- 2. memory ----------------------------------------------------------------------------
+
+
+async def parse_once(dsn: str, data_dir: Path, doc_id: uuid.UUID, log: Path) -> Measured:
+    """One ``--stages parse`` worker until the document's parse job is settled."""
+    cmd = worker_command(dsn, data_dir, "--stages", "parse", "--concurrency", "1")
+    [measured] = await anyio.to_thread.run_sync(run_children, [cmd], log)
+    async with connection(dsn) as conn:
+        state, error = await conn.fetchrow(JOB_STATE_SQL, doc_id, "parse") or (None, None)
+    if state != "succeeded":
+        # The peak still counts (the pages were parsed before the write failed); say so.
+        print(f"  NOTE: the parse job ended {state} (after retries): {error}")
+    return measured
+
+
+async def big_pdf_rss(dsn: str, data_dir: Path, path: Path) -> None:
+    async with pool_of(dsn, 1) as pool:
+        doc_id = (await submit(pool, DirStore(data_dir / "assets"), path)).document_id
+    pages, size_mb = await anyio.to_thread.run_sync(pdf_size, path)
+    worker = await parse_once(dsn, data_dir, doc_id, data_dir / "big-parse.log")
+    _, raw = await anyio.to_thread.run_sync(
+        raw_pymupdf, "one", [str(path)], data_dir / "raw-big.log"
+    )
+    ok = worker.max_rss_mb <= BIG_RSS_FLOOR_MB
+    print(
+        f"{path.name} ({pages} pages, {size_mb:.1f} MB): parse worker peak "
+        f"RSS {worker.max_rss_mb:.0f} MB in {worker.seconds:.1f}s "
+        f"(floor ≤ {BIG_RSS_FLOOR_MB:.0f} MB: {verdict(ok)}); raw PyMuPDF peak "
+        f"{raw.max_rss_mb:.0f} MB"
+    )
+
+
+def pdf_size(path: Path) -> tuple[int, float]:
+    """(pages, megabytes) of a PDF."""
+    with pymupdf.open(path) as pdf:
+        return pdf.page_count, path.stat().st_size / 1e6
+
+
+def image_heaviest(raw: RawRun) -> RawFile:
+    return max(raw.files, key=lambda f: (f.image_bytes, f.images))
+
+
+async def image_rss(dsn: str, data_dir: Path, heavy: RawFile) -> None:
+    path = Path(heavy.path)
+    async with pool_of(dsn, 1) as pool:
+        doc = await DocumentRepository(pool).find_by_sha256(inspect_file(path).sha256)
+        if doc is None:
+            raise RuntimeError(f"{path.name} was not ingested")
+        await DocumentRepository(pool).reprocess(doc.id, "parse")
+    worker = await parse_once(dsn, data_dir, doc.id, data_dir / "image-parse.log")
+    _, raw = await anyio.to_thread.run_sync(
+        raw_pymupdf, "one", [str(path)], data_dir / "raw-image.log"
+    )
+    limit = raw.max_rss_mb + IMAGE_RSS_MARGIN_MB
+    print(
+        f"{path.name} ({heavy.pages} pages, {heavy.images} image extractions, "
+        f"{heavy.image_bytes / 1e6:.1f} MB of images): parse worker peak RSS "
+        f"{worker.max_rss_mb:.0f} MB, raw PyMuPDF peak {raw.max_rss_mb:.0f} MB "
+        f"(floor ≤ raw + {IMAGE_RSS_MARGIN_MB:.0f} = {limit:.0f} MB: "
+        f"{verdict(worker.max_rss_mb <= limit)})"
+    )
+
+
+async def section_memory(dsn: str, data_dir: Path, files: Sequence[Path], raw: RawRun) -> None:
+    heading(
+        "2. Peak RSS of one `--stages parse` worker process (ru_maxrss via wait4; raw "
+        "PyMuPDF: a lean interpreter doing text + image extraction of the same file)"
+    )
+    await big_pdf_rss(dsn, data_dir, big_pdf(data_dir, files))
+    await image_rss(dsn, data_dir, image_heaviest(raw))
+
+
+# -- entry point --------------------------------------------------------------------------
+
+
+async def main(opts: Options) -> None:
+    async with connection(opts.server_dsn) as conn:
+        version = await conn.fetchval("SHOW server_version")
+    print(
+        f"ragline ingest benchmark: PostgreSQL {version}, Python {sys.version.split()[0]}, "
+        f"PyMuPDF {pymupdf.VersionBind}, {os.cpu_count()} CPUs"
+    )
+    files = corpus_files(opts.docs)
+    with tempfile.TemporaryDirectory(prefix="ragline-bench-") as tmp:
+        async with bench_database(opts.server_dsn) as dsn:
+            raw = await section_end_to_end(dsn, Path(tmp), files)
+            await section_memory(dsn, Path(tmp), files, raw)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.ingest",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--docs", type=int, help="corpus documents (all distinct ones)")
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_DOCS} documents")
+    args = parser.parse_args(argv)
+    docs = args.docs if args.docs is not None else (QUICK_DOCS if args.quick else None)
+    return Options(server_dsn=server_dsn(), docs=docs)
+
+
+if __name__ == "__main__":
+    anyio.run(main, parse_args(), backend_options={"use_uvloop": True})
