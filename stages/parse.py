@@ -25,6 +25,9 @@ from stages.pdf import Image, iter_pages, open_pdf
 from stages.services import Services
 
 
+TRIM_CACHE_EVERY_PAGES = 200
+
+
 class ParseOutput(msgspec.Struct, frozen=True):
     pages: list[store.Page]
     assets: list[store.Asset]
@@ -58,6 +61,9 @@ class ParseStage:
                 min_image_px=s.min_image_px,
                 min_image_bytes=s.min_image_bytes,
                 max_image_pixels=s.max_image_pixels,
+                # MuPDF's cache would grow to 256 MB on a long document; trimming it every
+                # 200 pages keeps a worker's peak far lower for ~5% more CPU.
+                trim_cache_every_pages=TRIM_CACHE_EVERY_PAGES,
             ):
                 pages.append(store.Page(text.page, text.text))
                 assets.extend(self._store(job, image) for image in images)

@@ -10,17 +10,22 @@ import contextlib
 import functools
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 from aiolimiter import AsyncLimiter
 
 from runtime.errors import ConfigurationError
-from stages.assets import AssetStore, asset_store_from_env
 from stages.chunking import ChunkConfig
-from stages.embedder import Embedder, embedder_from_env
 from stages.pdf import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MIN_IMAGE_BYTES, DEFAULT_MIN_IMAGE_PX
-from stages.vector_index import VectorIndex, collection_name, vector_index_from_env
-from stages.vision_model import VisionModel, vision_from_env
+
+# Each service module is imported when the service is first used, so a parse-only worker
+# never loads onnxruntime, cohere or qdrant-client (memory and start-up time).
+if TYPE_CHECKING:
+    from stages.assets import AssetStore
+    from stages.embedder import Embedder
+    from stages.vector_index import VectorIndex
+    from stages.vision_model import VisionModel
 
 DEFAULT_EMBED_RPM = 1000
 
@@ -62,18 +67,26 @@ class Services:
 
     @functools.cached_property
     def assets(self) -> AssetStore:
+        from stages.assets import asset_store_from_env
+
         return asset_store_from_env(self.env, self.data_dir)
 
     @functools.cached_property
     def embedder(self) -> Embedder:
+        from stages.embedder import embedder_from_env
+
         return embedder_from_env(self.env)
 
     @functools.cached_property
     def vision(self) -> VisionModel:
+        from stages.vision_model import vision_from_env
+
         return vision_from_env(self.env)
 
     @functools.cached_property
     def index(self) -> VectorIndex:
+        from stages.vector_index import vector_index_from_env
+
         return vector_index_from_env(self.env, self.data_dir)
 
     @functools.cached_property
@@ -84,6 +97,8 @@ class Services:
 
     @property
     def collection(self) -> str:
+        from stages.vector_index import collection_name
+
         return collection_name(self.embedder.model, self.embedder.dimensions)
 
     async def aclose(self) -> None:

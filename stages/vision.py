@@ -15,7 +15,6 @@ from runtime.models import Job
 from runtime.stage import DbConn, JobContext
 from stages import store
 from stages.services import Services
-from stages.vision_model import NoVision
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +36,8 @@ class VisionStage:
         self.services = services
 
     async def process(self, ctx: JobContext) -> list[store.NewChunk]:
+        from stages.vision_model import NoVision  # here: the vision libraries are heavy
+
         if isinstance(self.services.vision, NoVision):
             return []
         for asset in await store.assets(ctx.pool, ctx.job.document_id):
