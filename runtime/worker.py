@@ -17,7 +17,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import anyio
@@ -228,7 +228,7 @@ class Worker:
         size = sum(self.config.concurrency[s] for s in self.config.stages) + 3
         # min_size=0: nothing connects eagerly, so a worker starts while the database
         # is still down and connects when it comes back.
-        pool = await asyncpg.create_pool(self.dsn, min_size=0, max_size=size)
+        pool = await asyncpg.create_pool(self.dsn, min_size=0, max_size=size, reset=_keep_session)
         try:
             yield pool
         finally:
@@ -429,6 +429,7 @@ class Worker:
             return
         if held:
             metrics.SUCCEEDED.labels(stage.name).inc()
+            self._wake_next(stage.name)
             jlog.debug("succeeded in %.3fs", time.monotonic() - flight.started_at)
         else:
             metrics.LEASE_LOST.labels(stage.name).inc()
@@ -545,6 +546,14 @@ class Worker:
             with anyio.CancelScope(shield=True), contextlib.suppress(*CONNECTION_ERRORS):
                 await conn.close(timeout=2)
 
+    def _wake_next(self, stage: str) -> None:
+        """The next stage's job is committed: wake our own loop for it without waiting for
+        a NOTIFY (which the database may skip when that queue was not empty)."""
+        nxt = self.pipeline.next_stage(stage)
+        event = self._wake.get(nxt) if nxt else None
+        if event is not None:
+            event.set()
+
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
         event = self._wake.get(str(payload))
         if event is not None:
@@ -598,12 +607,7 @@ class Worker:
         )
 
 
-def run_worker(
-    pipeline: Pipeline,
-    dsn: str,
-    config: WorkerConfig,
-    backend_options: Callable[[], dict[str, Any]] | None = None,
-) -> None:
-    """Blocking entry point used by the CLI."""
-    options = backend_options() if backend_options else {}
-    anyio.run(Worker(pipeline, dsn, config).run, **options)
+async def _keep_session(conn: asyncpg.Connection[Any]) -> None:
+    """Skip asyncpg's per-release RESET ALL / UNLISTEN round trip (a second round trip on
+    every query): the engine leaves no session state on pooled connections (LISTEN has its
+    own connection), and asyncpg still rolls back a transaction left open."""
