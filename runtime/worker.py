@@ -88,6 +88,11 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
         return self.heartbeat_s or self.lease_s / 3
 
 
+#: Failures that are not the document's: a provider's rate limit, our database going away.
+#: The job is handed back with a delay and its attempt is not counted.
+NOT_COUNTED = frozenset({RateLimited.kind, "database"})
+
+
 class Success(msgspec.Struct, frozen=True):
     output: Any
 
@@ -440,7 +445,7 @@ class Worker:
     ) -> None:
         job, name = flight.job, flight.stage.name
         now = self.clock.db_now()
-        if failure.kind == RateLimited.kind:
+        if failure.kind in NOT_COUNTED:
             delay = retry_delay_s(
                 job.attempts,
                 base_s=self.config.retry_base_s,
@@ -448,8 +453,9 @@ class Worker:
                 retry_after_s=failure.retry_after_s,
             )
             await self.repo.release(job, delay, failure.message, failure.kind, now)
-            metrics.RATE_LIMITED.labels(name).inc()
-            jlog.info("rate-limited; retrying in %.1fs (attempt not counted)", delay)
+            if failure.kind == RateLimited.kind:
+                metrics.RATE_LIMITED.labels(name).inc()
+            jlog.info("%s; retrying in %.1fs (attempt not counted)", failure.message, delay)
             return
         delay = retry_delay_s(
             job.attempts,

@@ -24,7 +24,6 @@ from stages.assets import image_key
 from stages.pdf import Image, iter_pages, open_pdf
 from stages.services import Services
 
-
 TRIM_CACHE_EVERY_PAGES = 200
 
 
