@@ -95,6 +95,20 @@ class JobRepository:
             await write(conn)
             return True
 
+    async def complete_many(
+        self, jobs: Sequence[tuple[Job, str | None]], now: datetime | None = None
+    ) -> set[int]:
+        """Complete jobs that have nothing to write, in one statement; returns the ids
+        whose completion holds (the others lost their lease)."""
+        rows = await self.pool.fetch(
+            Q["complete_jobs"],
+            [j.id for j, _ in jobs],
+            [j.lease_token for j, _ in jobs],
+            [n for _, n in jobs],
+            now,
+        )
+        return {r["id"] for r in rows}
+
     async def retry_or_fail(
         self, job: Job, failure: Failure, delay_s: float, now: datetime | None = None
     ) -> JobState | None:

@@ -27,6 +27,7 @@ import msgspec
 from runtime import metrics
 from runtime.backoff import Reconnect, retry_delay_s
 from runtime.clock import Clock
+from runtime.completer import Completer
 from runtime.dberrors import CONNECTION_ERRORS
 from runtime.errors import (
     ConfigurationError,
@@ -194,6 +195,7 @@ class Worker:
         self._stopping = anyio.Event()
         self._drained = anyio.Event()
         self._repo: JobRepository | None = None
+        self._completer: Completer | None = None
         self.log = logging.LoggerAdapter(log, {"worker": self.id})
 
     @property
@@ -216,6 +218,7 @@ class Worker:
         """Work until stopped (signal, :meth:`stop`, or idle with ``exit_when_idle``)."""
         async with self._pool() as pool, self.pipeline.running():
             self._repo = JobRepository(pool)
+            self._completer = Completer(self._repo, self.clock)
             await self._register()
             self.log.info("worker started: stages %s", ",".join(self.config.stages))
             try:
@@ -255,6 +258,8 @@ class Worker:
             self.repo, RescuerConfig(interval_s=self.config.rescue_every_s), clock=self.clock
         )
         side.start_soon(rescuer.run)
+        if self._completer is not None:
+            side.start_soon(self._completer.run)
         side.start_soon(self._heartbeat_loop)
         if self.config.listen:
             side.start_soon(self._listen_loop)
@@ -423,10 +428,13 @@ class Worker:
             async def write(conn: DbConn) -> None:
                 await stage.write(conn, job, output)
 
+        nxt = self.pipeline.next_stage(stage.name)
         try:
-            held = await self.repo.complete(
-                job, self.pipeline.next_stage(stage.name), write, self.clock.db_now()
-            )
+            if write is None and self._completer is not None:
+                # Nothing to write: group-commit it with the other jobs finishing now.
+                held = await self._completer.complete(job, nxt, self.config.lease_s)
+            else:
+                held = await self.repo.complete(job, nxt, write, self.clock.db_now())
         except CONNECTION_ERRORS:
             raise
         except Exception as exc:  # the stage's writer failed: that is a failed attempt

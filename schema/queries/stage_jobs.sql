@@ -254,3 +254,52 @@ SELECT r.document_id, r.stage,
        (SELECT count(pg_notify('ragline_jobs', s.stage))
         FROM (SELECT DISTINCT stage FROM requeued) AS s) AS notified
 FROM requeued AS r;
+
+-- name: complete_jobs
+-- complete_job for many jobs that have nothing to write, as one statement and one commit
+-- (group commit: the worker's completer sends what piled up while the last batch was in
+-- flight). Returns the ids whose completion holds: done now, or by an earlier call whose
+-- reply was lost.
+-- $1 job ids, $2 lease tokens, $3 next stages (NULL: last stage), $4 now
+WITH input AS (
+    SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS i (id, token, next_stage)
+), done AS (
+    UPDATE stage_jobs AS j
+    SET state = 'succeeded', finished_at = coalesce($4, now()), lease_expires_at = NULL
+    FROM input AS i
+    WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
+    RETURNING j.id, j.document_id, j.generation, j.max_attempts, j.priority, i.next_stage
+), next_job AS (
+    INSERT INTO stage_jobs (document_id, stage, generation, max_attempts, priority, run_after)
+    SELECT document_id, next_stage, generation, max_attempts, priority, coalesce($4, now())
+    FROM done
+    WHERE next_stage IS NOT NULL
+    ON CONFLICT (document_id, stage) WHERE state IN ('queued', 'running') DO NOTHING
+    RETURNING id, stage
+), wake AS (
+    -- As in complete_job: only stages that had no due job need a NOTIFY.
+    SELECT DISTINCT n.stage FROM next_job AS n
+    WHERE NOT EXISTS (
+        SELECT 1 FROM stage_jobs AS q
+        WHERE q.state = 'queued' AND q.stage = n.stage
+          AND q.run_after <= coalesce($4, now()) AND q.id <> n.id
+    )
+), doc AS (
+    UPDATE documents AS d
+    SET status = CASE WHEN done.next_stage IS NULL THEN 'ready' ELSE 'processing' END
+                 ::ragline_document_status,
+        stage = coalesce(done.next_stage, d.stage),
+        error = NULL,
+        updated_at = coalesce($4, now())
+    FROM done
+    WHERE d.id = done.document_id AND d.generation = done.generation
+    RETURNING d.id
+)
+SELECT id, (SELECT count(*) FROM doc) AS moved,
+       (SELECT count(pg_notify('ragline_jobs', stage)) FROM wake) AS notified
+FROM done
+UNION ALL
+-- The snapshot predates this statement's own update: these succeeded earlier.
+SELECT j.id, 0, 0
+FROM stage_jobs AS j JOIN input AS i ON j.id = i.id AND j.lease_token = i.token
+WHERE j.state = 'succeeded';
