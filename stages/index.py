@@ -38,20 +38,18 @@ class IndexStage:
         collection = self.services.collection
         index = self.services.index
         await index.ensure_collection(collection, embedder.dimensions)
-        # A job cancelled by a reprocess must not touch the index: the lease check makes
-        # the window a stale worker has tiny, and verify catches what slips through it.
-        await ctx.checkpoint(_nothing)
         points = [
             new_point(
                 job.document_id, r.ordinal, job.generation, r.vector or [], payload=payload(r, job)
             )
             for r in rows
         ]
-        # One call for the whole document: the embedded index pays a shard load per call.
-        if points:
-            await index.upsert(collection, points)
+        # A job cancelled by a reprocess must not touch the index: the lease check makes
+        # the window a stale worker has tiny, and verify catches what slips through it.
         await ctx.checkpoint(_nothing)
-        await index.delete_document(collection, job.document_id, keep_generation=job.generation)
+        # One call for the whole document (upsert, then drop other generations' points):
+        # the embedded index does it under one lock and one flush.
+        await index.replace_document(collection, job.document_id, job.generation, points)
 
     async def write(self, conn: DbConn, job: Job, output: None) -> None:
         """The points are written; the engine marks the document ready in its commit."""

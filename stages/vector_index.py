@@ -11,35 +11,41 @@ One :class:`VectorIndex` protocol, two implementations:
 Point ids come from :func:`point_id` (a uuid5 of document id and chunk ordinal), so an
 index run that is repeated after a crash overwrites its own points instead of adding
 copies. Every point's payload carries ``document_id`` (string) and ``generation`` (int);
-after upserting a generation, the index stage calls
-``delete_document(..., keep_generation=g)`` to drop what older generations wrote, and a
+the index stage writes a document with :meth:`VectorIndex.replace_document` (upsert this
+generation's points, then delete the document's points of any other generation), and a
 failed run calls :meth:`VectorIndex.delete_generation` to remove its own partial output.
 
 Concurrency in EdgeIndex
 ------------------------
 A qdrant-edge shard cannot be open in two processes at once: the second
 ``EdgeShard.load`` fails with ``Can't init WAL: Kind(WouldBlock)`` (the WAL is locked by
-its owner). Several ragline worker processes may share one data dir, so EdgeIndex takes an
-exclusive ``fcntl.flock`` on ``<collection>.lock`` around *each operation* and opens the
-shard, runs the operation, flushes (writes only) and closes it before letting go. Holding
-the shard for the whole process lifetime instead would lock every other worker (and the
-CLI's ``search``) out of the index until that worker exits, so their index jobs would
-stall until their leases expire; that is a correctness problem, not a cost.
+its owner). Several ragline worker processes may share one data dir, so EdgeIndex only
+opens a shard while holding an exclusive ``fcntl.flock`` on ``<collection>.lock``.
 
-The cost is a shard load per operation, and load time grows with the shard: on the
-2-core dev machine with 384-dimension vectors, about 90 ms at 50k-100k points and about
-250 ms at 300k (vectors are memory-mapped, ``Memory.Cold``, which loads ~2.5x faster
-than in-RAM vectors; load time is what matters here). Measured upsert throughput,
-384 dimensions, 25,600 points into a fresh collection:
+Loading a shard costs time that grows with it (2-core dev machine, 384 dimensions: ~90 ms
+at 50k-100k points, ~250 ms at 300k), and a flush costs ~30 ms, so a lock-load-flush-close
+per operation made the index stage the pipeline's bottleneck. Instead, consecutive
+operations of a process share a *session*: the lock stays held and the shard open until
+no operation has used it for ``idle_close_s`` (50 ms, a timer thread closes it) or, at the
+next operation, once it has been held ``max_hold_s`` (1 s). Holding it for the whole
+process lifetime would lock every other worker (and the CLI's ``search``) out of the
+index until that worker exits, stalling their jobs until their leases expire. flock is
+not fair, so a process that lets go waits ``yield_s`` before locking again, giving a
+waiting process its turn. Reads in a session are consistent: no other process writes
+while the lock is held, and every session loads the shard afresh.
 
-* raw qdrant-edge, shard held open, batches of 256 (no guard): ~14k points/s;
-* EdgeIndex, one ``upsert`` call per 256 points: ~1.8k points/s;
-* EdgeIndex, one ``upsert`` call with all points (cut into 256s under one lock): 10-13k/s;
-* two processes, each one call per 256 points at once: ~1.0-1.2k points/s in total.
+Durability: ``EdgeShard.update`` appends to the shard's write-ahead log, which is
+memory-mapped, before it returns; after a SIGKILL the next ``load`` replays it (the
+tests kill a process right after ``replace_document`` returned, unflushed, and find every
+point). A session flushes (fsync) before it lets the lock go, so an OS crash or power
+loss can lose about the last ``max_hold_s`` of writes (``verify`` reports the missing
+points, ``repair`` re-indexes).
 
-So callers should pass a whole document's points to one ``upsert`` call (the index stage
-should). Beyond a few hundred thousand points, or with many processes indexing at once, use
-a Qdrant server (``QDRANT_URL``).
+Measured with 64-dimension vectors, 200 documents of 200 points via ``replace_document``:
+per-operation sessions did ~1.0-1.6k points/s in one process and ~1.5-2k in total with
+two processes; shared sessions ~11-18k in one process and ~11-23k with two. Beyond a few
+hundred thousand points, or with many processes indexing at once, use a Qdrant server
+(``QDRANT_URL``).
 
 The shard's search is exact (no HNSW build is triggered: ``optimize()`` takes tens of
 seconds per 50k points on 2 cores and would hold the lock that long).
@@ -49,12 +55,15 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
+import math
 import os
 import re
 import shutil
+import threading
+import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -94,6 +103,8 @@ __all__ = [
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+log = logging.getLogger(__name__)
 
 #: Namespace of :func:`point_id`. Never change it: ids of existing points derive from it.
 POINT_NAMESPACE = uuid.UUID("5b0c3f47-2a7e-4d3c-9a55-2f1f6f0c9e11")
@@ -150,6 +161,12 @@ class VectorIndex(Protocol):
 
     async def upsert(self, collection: str, points: Sequence[Point]) -> None:
         """Insert or replace ``points`` by id."""
+
+    async def replace_document(
+        self, collection: str, document_id: uuid.UUID, generation: int, points: Sequence[Point]
+    ) -> None:
+        """Upsert ``points`` (all of ``document_id`` and ``generation``), then delete the
+        document's points of every other generation; re-running it changes nothing."""
 
     async def delete_document(
         self, collection: str, document_id: uuid.UUID, *, keep_generation: int | None = None
@@ -229,6 +246,18 @@ def _check_points(points: Sequence[Point]) -> None:
                 f"point {point.id}: payload needs {DOCUMENT_FIELD} (str) and "
                 f"{GENERATION_FIELD} (int); build points with new_point()"
             )
+
+
+def _check_document_points(
+    points: Sequence[Point], document_id: uuid.UUID, generation: int
+) -> None:
+    _check_points(points)
+    for point in points:
+        if point.payload[DOCUMENT_FIELD] != str(document_id):
+            raise ValueError(f"point {point.id} belongs to another document, not {document_id}")
+        if point.payload[GENERATION_FIELD] != generation:
+            # It would be deleted right after being written, as a stale generation's point.
+            raise ValueError(f"point {point.id} is of another generation, not {generation}")
 
 
 def _batches(points: Sequence[Point], size: int) -> Iterator[Sequence[Point]]:
@@ -357,6 +386,14 @@ class QdrantIndex:
                 partial(self._client.upsert, collection, points=structs, wait=True),
             )
 
+    async def replace_document(
+        self, collection: str, document_id: uuid.UUID, generation: int, points: Sequence[Point]
+    ) -> None:
+        _check_document_points(points, document_id, generation)
+        if points:
+            await self.upsert(collection, points)
+        await self.delete_document(collection, document_id, keep_generation=generation)
+
     async def delete_document(
         self, collection: str, document_id: uuid.UUID, *, keep_generation: int | None = None
     ) -> None:
@@ -474,10 +511,24 @@ class QdrantIndex:
 
 
 class EdgeIndexConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """Settings for :class:`EdgeIndex`; ``root`` is usually ``data_dir / "qdrant"``."""
+    """Settings for :class:`EdgeIndex`; ``root`` is usually ``data_dir / "qdrant"``.
+
+    A session (shard open, flock held) ends once no operation has used it for
+    ``idle_close_s``, or at the next operation after it has been open ``max_hold_s``;
+    after letting go, this process waits ``yield_s`` before taking the lock again.
+    """
 
     root: Path
     batch_size: int = DEFAULT_BATCH
+    idle_close_s: float = 0.05
+    max_hold_s: float = 1.0
+    yield_s: float = 0.005
+
+    def __post_init__(self) -> None:
+        if self.batch_size <= 0:
+            raise ConfigurationError("EdgeIndexConfig.batch_size must be positive")
+        if min(self.idle_close_s, self.max_hold_s, self.yield_s) < 0:
+            raise ConfigurationError("EdgeIndexConfig times must not be negative")
 
 
 def _edge_filter(
@@ -500,22 +551,68 @@ def _edge_failure(exc: Exception, what: str) -> Exception:
     return PermanentError(message)
 
 
-@contextmanager
-def _flock(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path``; it is released on close or process death."""
+def _lock_file(path: Path) -> int:
+    """Open ``path`` and take an exclusive ``flock`` on it (waiting for it); return the fd.
+    Closing the fd, or the process dying, releases the lock."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
+
+
+class _Session:
+    """One collection's flock, and its shard once loaded; used under the collection's guard."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self.fd = fd
+        self.path = path
+        self.shard: qe.EdgeShard | None = None
+        self.opened_at = self.used_at = time.monotonic()
+        self.dirty = False
+        self.timer: threading.Timer | None = None
+
+    def get(self) -> qe.EdgeShard | None:
+        """The shard, loaded on first use; None if the collection was never created."""
+        if self.shard is None and self.path.is_dir():
+            self.shard = qe.EdgeShard.load(str(self.path))
+        return self.shard
+
+    def require(self, collection: str) -> qe.EdgeShard:
+        shard = self.get()
+        if shard is None:
+            raise _missing_collection(collection)
+        return shard
+
+    def write(self, collection: str, operations: Iterable[qe.UpdateOperation]) -> None:
+        shard = self.require(collection)
+        for operation in operations:
+            self.dirty = True  # set first: a failed update may still have reached the WAL
+            shard.update(operation)
+
+    def close(self) -> None:
+        """Flush what this session wrote, close the shard, release the lock."""
+        if self.timer is not None:
+            self.timer.cancel()
+        try:
+            if self.shard is not None:
+                try:
+                    if self.dirty:
+                        self.shard.flush()
+                finally:
+                    self.shard.close()
+        finally:
+            self.shard = None
+            os.close(self.fd)
 
 
 class EdgeIndex:
     """Embedded vector index: one qdrant-edge shard per collection, shared across processes.
 
-    Every operation locks the collection, opens its shard, works, flushes and closes it
-    (see the module docstring for why and what it costs).
+    Consecutive operations of this process share one session (lock held, shard open);
+    see the module docstring for when a session ends and why.
     """
 
     def __init__(self, config: EdgeIndexConfig) -> None:
@@ -523,25 +620,42 @@ class EdgeIndex:
         # One operation per collection at a time inside this process, so waiting for the
         # cross-process lock costs one thread, not one per queued task.
         self._locks: dict[str, anyio.Lock] = {}
+        # Threads (operations, idle timers, aclose) touch a collection's session only
+        # under its guard, so a shard is never used by two threads at once.
+        self._guards: dict[str, threading.Lock] = {}
+        self._state = threading.Lock()
+        self._sessions: dict[str, _Session] = {}
+        self._released_at: dict[str, float] = {}
+        self._dimensions: dict[str, int] = {}
 
     async def ensure_collection(self, name: str, dimensions: int) -> None:
         if dimensions <= 0:
             raise ValueError(f"dimensions must be positive, not {dimensions}")
-        await self._run(name, "ensure_collection", self._ensure_sync, dimensions)
+        # Idempotent, so once per process is enough (collections are never dropped).
+        if self._dimensions.get(name) == dimensions:
+            return
+        await self._run(name, "ensure_collection", lambda s: _ensure_shard(s.path, dimensions))
+        self._dimensions[name] = dimensions
 
     async def upsert(self, collection: str, points: Sequence[Point]) -> None:
         _check_points(points)
-        batches = [
-            [qe.Point(p.id, p.vector, p.payload) for p in batch]
-            for batch in _batches(points, self.config.batch_size)
-        ]
+        operations = self._upserts(points)
+        await self._run(collection, "upsert", lambda s: s.write(collection, operations))
 
-        def write(shard: qe.EdgeShard) -> None:
-            for batch in batches:
-                shard.update(qe.UpdateOperation.upsert_points(batch))
-            shard.flush()
+    async def replace_document(
+        self, collection: str, document_id: uuid.UUID, generation: int, points: Sequence[Point]
+    ) -> None:
+        _check_document_points(points, document_id, generation)
+        operations = self._upserts(points)
+        stale = qe.UpdateOperation.delete_points_by_filter(
+            _edge_filter(document_id, not_equal=generation)
+        )
 
-        await self._run(collection, "upsert", self._with_shard, write)
+        def run(session: _Session) -> None:
+            if points or session.get() is not None:
+                session.write(collection, [*operations, stale])
+
+        await self._run(collection, "replace_document", run)
 
     async def delete_document(
         self, collection: str, document_id: uuid.UUID, *, keep_generation: int | None = None
@@ -556,80 +670,141 @@ class EdgeIndex:
     async def count(self, collection: str, document_id: uuid.UUID | None = None) -> int:
         query = None if document_id is None else _edge_filter(document_id)
         request = qe.CountRequest(exact=True, filter=query)
-        return await self._run(collection, "count", self._with_shard, lambda s: s.count(request))
+        return await self._run(collection, "count", lambda s: s.require(collection).count(request))
 
     async def point_ids(self, collection: str, document_id: uuid.UUID) -> list[uuid.UUID]:
         return [ref.id for ref in await self.scan(collection, document_id)]
 
     async def scan(self, collection: str, document_id: uuid.UUID | None = None) -> list[PointRef]:
         query = None if document_id is None else _edge_filter(document_id)
-        return await self._run(collection, "scroll", self._with_shard, _scroll_refs(query))
+        scroll = _scroll_refs(query)
+        return await self._run(collection, "scroll", lambda s: scroll(s.require(collection)))
 
     async def search(self, collection: str, vector: Sequence[float], limit: int) -> list[Hit]:
         request = qe.SearchRequest(
             query=qe.Query.Nearest(list(vector)), limit=limit, with_payload=True
         )
 
-        def run(shard: qe.EdgeShard) -> list[Hit]:
+        def run(session: _Session) -> list[Hit]:
             return [
                 Hit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=dict(p.payload or {}))
-                for p in shard.search(request)
+                for p in session.require(collection).search(request)
             ]
 
-        return await self._run(collection, "search", self._with_shard, run)
+        return await self._run(collection, "search", run)
 
     async def aclose(self) -> None:
-        return None  # shards are closed after every operation
+        """Flush and close every open session (the index stays usable: it reopens)."""
+        for collection in list(self._sessions):
+            await anyio.to_thread.run_sync(self._close_now, collection)
+
+    def _upserts(self, points: Sequence[Point]) -> list[qe.UpdateOperation]:
+        return [
+            qe.UpdateOperation.upsert_points([qe.Point(p.id, p.vector, p.payload) for p in batch])
+            for batch in _batches(points, self.config.batch_size)
+        ]
 
     async def _delete(self, collection: str, query: qe.Filter) -> None:
-        def run(shard: qe.EdgeShard | None) -> None:
-            if shard is not None:
-                shard.update(qe.UpdateOperation.delete_points_by_filter(query))
-                shard.flush()
+        operation = qe.UpdateOperation.delete_points_by_filter(query)
 
-        # A collection that was never created has nothing to delete.
-        await self._run(collection, "delete", self._with_shard, run, True)
+        def run(session: _Session) -> None:
+            # A collection that was never created has nothing to delete.
+            if session.get() is not None:
+                session.write(collection, [operation])
 
-    async def _run(self, collection: str, what: str, fn: Callable[..., T], *args: Any) -> T:
+        await self._run(collection, "delete", run)
+
+    async def _run(self, collection: str, what: str, fn: Callable[[_Session], T]) -> T:
         _check_collection(collection)
         lock = self._locks.setdefault(collection, anyio.Lock())
         async with lock:
             try:
-                # Not abandoned on cancel: the thread holds the flock and an open shard,
-                # so a cancelled caller waits for the operation to finish and close them.
-                return await anyio.to_thread.run_sync(lambda: fn(collection, *args))
+                # Not abandoned on cancel: the thread may be loading or writing the shard,
+                # so a cancelled caller waits for the operation to finish.
+                return await anyio.to_thread.run_sync(self._in_session, collection, fn)
             except (MissingInput, ValueError, PermanentError):
                 raise
             except Exception as exc:  # qdrant-edge raises bare Exception
                 raise _edge_failure(exc, f"{what} {collection}") from exc
 
-    def _shard_path(self, collection: str) -> Path:
-        return self.config.root / collection
+    def _guard(self, collection: str) -> threading.Lock:
+        with self._state:
+            return self._guards.setdefault(collection, threading.Lock())
 
-    @contextmanager
-    def _locked(self, collection: str) -> Iterator[Path]:
-        self.config.root.mkdir(parents=True, exist_ok=True)
-        with _flock(self.config.root / f"{collection}.lock"):
-            yield self._shard_path(collection)
-
-    def _with_shard(self, collection: str, fn: Callable[[Any], T], missing_ok: bool = False) -> T:
-        with self._locked(collection) as path:
-            if not path.is_dir():
-                if missing_ok:
-                    return fn(None)
-                raise _missing_collection(collection)
-            shard = qe.EdgeShard.load(str(path))
+    def _in_session(self, collection: str, fn: Callable[[_Session], T]) -> T:
+        with self._guard(collection):
+            session = self._session(collection)
             try:
-                return fn(shard)
-            finally:
-                shard.close()
+                result = fn(session)
+            except BaseException:
+                # The shard may be in any state after a failure: start afresh next time.
+                self._end_quietly(collection)
+                raise
+            session.used_at = time.monotonic()
+            self._arm(collection, session, self.config.idle_close_s)
+            return result
 
-    def _ensure_sync(self, collection: str, dimensions: int) -> None:
-        with self._locked(collection) as path:
-            if path.is_dir():
-                _check_edge_dimensions(path, collection, dimensions)
-                return
-            _create_shard(path, dimensions)
+    def _session(self, collection: str) -> _Session:
+        """The open session, or a new one; a session held ``max_hold_s`` is ended first so
+        other processes get their turn."""
+        session = self._sessions.get(collection)
+        if session is not None:
+            if time.monotonic() - session.opened_at < self.config.max_hold_s:
+                return session
+            self._end(collection)
+        # flock is not fair: re-locking at once could starve a process that waits for it.
+        pause = self._released_at.get(collection, -math.inf) + self.config.yield_s
+        if pause > time.monotonic():
+            time.sleep(pause - time.monotonic())
+        root = self.config.root
+        root.mkdir(parents=True, exist_ok=True)
+        fd = _lock_file(root / f"{collection}.lock")
+        session = self._sessions[collection] = _Session(fd, root / collection)
+        return session
+
+    def _end(self, collection: str) -> None:
+        session = self._sessions.pop(collection)
+        try:
+            session.close()
+        finally:
+            self._released_at[collection] = time.monotonic()
+
+    def _end_quietly(self, collection: str) -> None:
+        try:
+            self._end(collection)
+        except Exception:  # the operation's own error is the one worth reporting
+            log.warning("closing embedded vector index %s failed", collection, exc_info=True)
+
+    def _arm(self, collection: str, session: _Session, delay_s: float) -> None:
+        if session.timer is not None and session.timer.is_alive():
+            return  # it re-arms itself for the rest of the idle time when it fires
+        session.timer = threading.Timer(delay_s, self._on_timer, (collection, session))
+        session.timer.daemon = True  # a dying process releases the flock anyway
+        session.timer.start()
+
+    def _on_timer(self, collection: str, session: _Session) -> None:
+        """End ``session`` if it has been idle ``idle_close_s``; else wait for the rest."""
+        with self._guard(collection):
+            if self._sessions.get(collection) is not session:
+                return  # already ended (max hold, failure, aclose)
+            left_s = session.used_at + self.config.idle_close_s - time.monotonic()
+            if left_s > 0:
+                session.timer = None
+                self._arm(collection, session, left_s)
+            else:
+                self._end_quietly(collection)
+
+    def _close_now(self, collection: str) -> None:
+        with self._guard(collection):
+            if collection in self._sessions:
+                self._end(collection)  # aclose lets the caller see a failed flush
+
+
+def _ensure_shard(path: Path, dimensions: int) -> None:
+    if path.is_dir():
+        _check_edge_dimensions(path, path.name, dimensions)
+    else:
+        _create_shard(path, dimensions)
 
 
 def _scroll_refs(query: qe.Filter | None) -> Callable[[qe.EdgeShard], list[PointRef]]:

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
+import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -315,3 +319,246 @@ async def test_edge_data_persists_across_reopen(tmp_path: Path) -> None:
     hits = await second.search(COLLECTION, unit(5), limit=1)
     assert hits[0].id == point_id(doc, 5)
     await second.aclose()
+
+
+# -- replace_document ----------------------------------------------------------------------
+
+
+async def test_replace_document_upserts_then_drops_other_generations(index: VectorIndex) -> None:
+    await index.ensure_collection(COLLECTION, DIM)
+    doc, other = uuid.uuid4(), uuid.uuid4()
+    await index.replace_document(COLLECTION, doc, 1, points(doc, 1, 10))
+    await index.replace_document(COLLECTION, other, 1, points(other, 1, 4))
+    for _ in range(2):  # a re-run after a crash changes nothing
+        await index.replace_document(COLLECTION, doc, 2, points(doc, 2, 6))
+        refs = await index.scan(COLLECTION, doc)
+        assert sorted(r.id for r in refs) == sorted(point_id(doc, n) for n in range(6))
+        assert {r.generation for r in refs} == {2}
+        assert await index.count(COLLECTION, other) == 4
+    await index.replace_document(COLLECTION, doc, 3, [])  # nothing left to index
+    assert await index.count(COLLECTION, doc) == 0
+    assert await index.count(COLLECTION) == 4
+
+
+async def test_replace_document_rejects_foreign_points(index: VectorIndex) -> None:
+    await index.ensure_collection(COLLECTION, DIM)
+    doc = uuid.uuid4()
+    with pytest.raises(ValueError):
+        await index.replace_document(COLLECTION, doc, 2, points(doc, 1, 3))
+    with pytest.raises(ValueError):
+        await index.replace_document(COLLECTION, doc, 1, points(uuid.uuid4(), 1, 3))
+    assert await index.count(COLLECTION) == 0
+
+
+async def test_replace_document_in_missing_collection(index: VectorIndex) -> None:
+    missing = collection_name("never-created", DIM)
+    doc = uuid.uuid4()
+    with pytest.raises(MissingInput):
+        await index.replace_document(missing, doc, 1, points(doc, 1, 2))
+    await index.replace_document(missing, doc, 1, [])  # nothing to write or delete is fine
+
+
+# -- EdgeIndex sessions -------------------------------------------------------------------
+
+
+def _try_lock(path: Path) -> int | None:
+    """An fd holding the flock on ``path``, or None if someone else holds it. flock locks
+    belong to open file descriptions, so this contends with EdgeIndex in this process."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+async def _lock_within(path: Path, limit_s: float) -> float:
+    """Seconds until the flock on ``path`` could be taken (then released); fails after limit."""
+    started = time.monotonic()
+    while (fd := _try_lock(path)) is None:
+        assert time.monotonic() - started < limit_s, f"{path.name} still locked"
+        await anyio.sleep(0.01)
+    os.close(fd)
+    return time.monotonic() - started
+
+
+async def test_edge_session_is_kept_then_closed_when_idle(tmp_path: Path) -> None:
+    root = tmp_path / "qdrant"
+    index = EdgeIndex(EdgeIndexConfig(root=root, idle_close_s=0.3))
+    lock = root / f"{COLLECTION}.lock"
+    doc = uuid.uuid4()
+    try:
+        await index.ensure_collection(COLLECTION, DIM)
+        await index.replace_document(COLLECTION, doc, 1, points(doc, 1, 5))
+        assert _try_lock(lock) is None  # held across operations, not per call
+        assert await _lock_within(lock, limit_s=5.0) >= 0.1
+        assert await index.count(COLLECTION, doc) == 5  # reopens after the idle close
+        assert _try_lock(lock) is None
+    finally:
+        await index.aclose()
+    assert await _lock_within(lock, limit_s=0.0) == pytest.approx(0.0, abs=0.05)
+
+
+async def test_edge_busy_session_lets_a_waiting_holder_in(tmp_path: Path) -> None:
+    root = tmp_path / "qdrant"
+    index = EdgeIndex(EdgeIndexConfig(root=root, idle_close_s=30.0, max_hold_s=0.2))
+    await index.ensure_collection(COLLECTION, DIM)
+    got_it = threading.Event()
+
+    def wait_for_lock() -> None:
+        fd = os.open(root / f"{COLLECTION}.lock", os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # blocks while the session is held
+        got_it.set()
+        os.close(fd)
+
+    waiter = threading.Thread(target=wait_for_lock, daemon=True)
+    try:
+        started = time.monotonic()
+        waiter.start()
+        operations = 0
+        while not got_it.is_set():  # keep the session busy: never idle
+            assert time.monotonic() - started < 10.0, "the waiting holder never got the lock"
+            await index.count(COLLECTION)
+            operations += 1
+        assert operations > 1
+    finally:
+        await index.aclose()
+        waiter.join(timeout=10)
+
+
+_REPLACER = """
+import sys, uuid, anyio
+from pathlib import Path
+from stages.vector_index import EdgeIndex, EdgeIndexConfig, new_point
+
+root, dim, collection = Path(sys.argv[1]), 8, sys.argv[2]
+docs = [uuid.UUID(d) for d in sys.argv[3].split(",")]
+shared = uuid.UUID(sys.argv[4])
+
+def vec(n):
+    return [float((n * 7 + k) % 11) + 1.0 for k in range(dim)]
+
+def pts(doc, generation, count):
+    return [new_point(doc, n, generation, vec(n)) for n in range(count)]
+
+async def main():
+    index = EdgeIndex(EdgeIndexConfig(root=root))
+    await index.ensure_collection(collection, dim)
+    print("ready", flush=True)
+    sys.stdin.readline()  # wait for "go" so both writers run at the same time
+    for doc in docs:
+        await index.replace_document(collection, doc, 1, pts(doc, 1, 40))
+        await index.replace_document(collection, shared, 1, pts(shared, 1, 50))
+    for doc in docs:  # a reprocess: fewer chunks in generation 2
+        await index.replace_document(collection, doc, 2, pts(doc, 2, 25))
+    await index.aclose()
+    print("done", flush=True)
+
+anyio.run(main)
+"""
+
+
+def _run_together(writers: list[subprocess.Popen[str]]) -> None:
+    try:
+        for writer in writers:
+            assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+        for writer in writers:
+            assert writer.stdin is not None
+            writer.stdin.write("go\n")
+            writer.stdin.flush()
+        for writer in writers:
+            out, _ = writer.communicate(timeout=90)
+            assert writer.returncode == 0 and out.strip() == "done"
+    finally:
+        for writer in writers:
+            if writer.poll() is None:
+                writer.kill()
+                writer.wait()
+
+
+def test_edge_two_processes_replace_documents_and_counts_are_exact(tmp_path: Path) -> None:
+    root = tmp_path / "qdrant"
+    docs = [[uuid.uuid4() for _ in range(30)] for _ in range(2)]
+    shared = uuid.uuid4()
+    writers = [
+        subprocess.Popen(
+            [
+                *(sys.executable, "-c", _REPLACER, str(root), COLLECTION),
+                *(",".join(map(str, own)), str(shared)),
+            ],
+            cwd=REPO_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for own in docs
+    ]
+    _run_together(writers)
+    anyio.run(_check_replaced, root, docs[0] + docs[1], shared)
+
+
+async def _check_replaced(root: Path, docs: list[uuid.UUID], shared: uuid.UUID) -> None:
+    reopened = EdgeIndex(EdgeIndexConfig(root=root))
+    try:
+        refs = await reopened.scan(COLLECTION)
+        assert len(refs) == len(docs) * 25 + 50
+        assert len({r.id for r in refs}) == len(refs)
+        per_doc = {(r.document_id, r.generation) for r in refs}
+        assert per_doc == {(str(d), 2) for d in docs} | {(str(shared), 1)}
+        assert [await reopened.count(COLLECTION, d) for d in docs[:3]] == [25, 25, 25]
+    finally:
+        await reopened.aclose()
+
+
+_KILLED = """
+import sys, uuid, anyio
+from pathlib import Path
+from stages.vector_index import EdgeIndex, EdgeIndexConfig, new_point
+
+root, collection, doc = Path(sys.argv[1]), sys.argv[2], uuid.UUID(sys.argv[3])
+
+async def main():
+    # Long idle and hold times: the session is still open, unflushed, when killed.
+    index = EdgeIndex(EdgeIndexConfig(root=root, idle_close_s=600, max_hold_s=600))
+    await index.ensure_collection(collection, 8)
+    old = [new_point(doc, n, 1, [1.0] * 8) for n in range(400)]
+    await index.replace_document(collection, doc, 1, old)
+    new = [new_point(doc, n, 2, [float(n % 8 + 1)] * 8) for n in range(300)]
+    await index.replace_document(collection, doc, 2, new)
+    print("done", flush=True)
+    sys.stdin.readline()  # killed here
+
+anyio.run(main)
+"""
+
+
+def test_edge_points_survive_sigkill_right_after_replace_document(tmp_path: Path) -> None:
+    root = tmp_path / "qdrant"
+    doc = uuid.uuid4()
+    with subprocess.Popen(
+        [sys.executable, "-c", _KILLED, str(root), COLLECTION, str(doc)],
+        cwd=REPO_ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as child:  # closes the pipes and waits
+        try:
+            assert child.stdout is not None and child.stdout.readline().strip() == "done"
+            assert _try_lock(root / f"{COLLECTION}.lock") is None  # session open: not flushed
+            child.send_signal(signal.SIGKILL)
+            assert child.wait(timeout=30) == -signal.SIGKILL
+        finally:
+            if child.poll() is None:
+                child.kill()
+    anyio.run(_check_survivors, root, doc)
+
+
+async def _check_survivors(root: Path, doc: uuid.UUID) -> None:
+    reopened = EdgeIndex(EdgeIndexConfig(root=root))
+    try:
+        refs = await reopened.scan(COLLECTION, doc)
+        assert sorted(r.id for r in refs) == sorted(point_id(doc, n) for n in range(300))
+        assert {r.generation for r in refs} == {2}
+    finally:
+        await reopened.aclose()
