@@ -82,16 +82,14 @@ class JobRepository:
 
         Idempotent for its caller: retried after a lost reply, it returns True again.
         """
-        args = (Q["complete_job"], job.id, job.lease_token, next_stage, now)
         if write is None:
-            row = await self.pool.fetchrow(*args)
-            return bool(row and (row["held"] or row["already"]))
+            return job.id in await self.complete_many([(job, next_stage)], now)
         async with self.pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(*args)
-            if not (row and row["held"]):
-                # Nothing changed; leaving the block commits an empty transaction. "already"
-                # means our own earlier commit went through and only its reply was lost.
-                return bool(row and row["already"])
+            rows = await conn.fetch(*self._complete_args([(job, next_stage)], now))
+            if not any(r["held"] for r in rows):
+                # Nothing changed; leaving the block commits an empty transaction. A row
+                # not held means our own earlier commit went through and its reply was lost.
+                return bool(rows)
             await write(conn)
             return True
 
@@ -100,14 +98,20 @@ class JobRepository:
     ) -> set[int]:
         """Complete jobs that have nothing to write, in one statement; returns the ids
         whose completion holds (the others lost their lease)."""
-        rows = await self.pool.fetch(
+        rows = await self.pool.fetch(*self._complete_args(jobs, now))
+        return {r["id"] for r in rows}
+
+    @staticmethod
+    def _complete_args(
+        jobs: Sequence[tuple[Job, str | None]], now: datetime | None
+    ) -> tuple[Any, ...]:
+        return (
             Q["complete_jobs"],
             [j.id for j, _ in jobs],
             [j.lease_token for j, _ in jobs],
             [n for _, n in jobs],
             now,
         )
-        return {r["id"] for r in rows}
 
     async def retry_or_fail(
         self, job: Job, failure: Failure, delay_s: float, now: datetime | None = None

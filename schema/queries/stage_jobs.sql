@@ -44,55 +44,6 @@ SELECT id FROM stage_jobs
 WHERE id = $1 AND lease_token = $2 AND state = 'running'
 FOR UPDATE;
 
--- name: complete_job
--- Mark a held job succeeded, enqueue the next stage and move the document on, in one go.
--- A lost token matches no row, so nothing below it happens either.
--- $1 job id, $2 lease token, $3 next stage (NULL: this was the last stage), $4 now
-WITH done AS (
-    UPDATE stage_jobs
-    SET state = 'succeeded', finished_at = coalesce($4, now()), lease_expires_at = NULL
-    WHERE id = $1 AND lease_token = $2 AND state = 'running'
-    RETURNING document_id, generation, max_attempts, priority
-), next_job AS (
-    INSERT INTO stage_jobs (document_id, stage, generation, max_attempts, priority, run_after)
-    SELECT document_id, $3, generation, max_attempts, priority, coalesce($4, now())
-    FROM done
-    WHERE $3::text IS NOT NULL
-    -- The live-job index makes a duplicate enqueue (e.g. a concurrent reprocess) a no-op.
-    ON CONFLICT (document_id, stage) WHERE state IN ('queued', 'running') DO NOTHING
-    RETURNING id, stage
-), wake AS (
-    -- NOTIFY only when the next stage had no due job: a worker with work to do claims
-    -- again as soon as a slot frees, so only idle ones need waking. This matters: a
-    -- transaction that NOTIFYs takes a global lock until its commit is flushed, which
-    -- serializes the commits of every completing job (measured: half the throughput at
-    -- 16 slots). An idle worker that misses a wake-up still polls.
-    SELECT stage FROM next_job
-    WHERE NOT EXISTS (
-        SELECT 1 FROM stage_jobs AS q
-        WHERE q.state = 'queued' AND q.stage = next_job.stage
-          AND q.run_after <= coalesce($4, now()) AND q.id <> next_job.id
-    )
-), doc AS (
-    UPDATE documents AS d
-    SET status = CASE WHEN $3::text IS NULL THEN 'ready' ELSE 'processing' END::ragline_document_status,
-        stage = coalesce($3::text, d.stage),
-        error = NULL,
-        updated_at = coalesce($4, now())
-    FROM done
-    -- An older generation never moves the document: reprocess cancelled it anyway.
-    WHERE d.id = done.document_id AND d.generation = done.generation
-    RETURNING d.id
-)
-SELECT (SELECT count(*) FROM done) AS held,
-       -- NOTIFY is transactional: idle workers of the next stage wake at commit.
-       (SELECT count(*) FROM next_job) AS enqueued,
-       (SELECT count(pg_notify('ragline_jobs', stage)) FROM wake) AS notified,
-       -- Sees the snapshot before this statement: true only when an earlier call with
-       -- this token committed (its reply was lost with the connection), so a retry knows.
-       EXISTS (SELECT 1 FROM stage_jobs
-               WHERE id = $1 AND lease_token = $2 AND state = 'succeeded') AS already;
-
 -- name: retry_or_fail_job
 -- Record a failed attempt: requeue after a delay, or fail the job (permanent error, or
 -- attempts exhausted) and with it the document, naming the stage.
@@ -256,11 +207,13 @@ SELECT r.document_id, r.stage,
 FROM requeued AS r;
 
 -- name: complete_jobs
--- complete_job for many jobs that have nothing to write, as one statement and one commit
--- (group commit: the worker's completer sends what piled up while the last batch was in
--- flight). Returns the ids whose completion holds: done now, or by an earlier call whose
--- reply was lost.
--- $1 job ids, $2 lease tokens, $3 next stages (NULL: last stage), $4 now
+-- Mark held jobs succeeded, enqueue each one's next stage and move its document on, in one
+-- statement. Used for one job inside the transaction that also writes its output, and for
+-- many at once by the worker's completer (group commit: what piled up while the last
+-- batch was in flight goes in one commit). A lost token matches no row, so nothing below
+-- it happens for that job. Returns (id, held): held now, or not held but succeeded by an
+-- earlier call with the same token whose reply was lost with the connection.
+-- $1 job ids, $2 lease tokens, $3 next stages (NULL: the last stage), $4 now
 WITH input AS (
     SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS i (id, token, next_stage)
 ), done AS (
@@ -277,7 +230,11 @@ WITH input AS (
     ON CONFLICT (document_id, stage) WHERE state IN ('queued', 'running') DO NOTHING
     RETURNING id, stage
 ), wake AS (
-    -- As in complete_job: only stages that had no due job need a NOTIFY.
+    -- NOTIFY only stages that had no due job: a worker with work to do claims again as
+    -- soon as a slot frees, so only idle ones need waking. This matters: a transaction
+    -- that NOTIFYs takes a global lock until its commit is flushed, which serializes the
+    -- commits of every completing job (measured: half the throughput at 16 slots). An
+    -- idle worker that misses a wake-up still polls.
     SELECT DISTINCT n.stage FROM next_job AS n
     WHERE NOT EXISTS (
         SELECT 1 FROM stage_jobs AS q
@@ -295,11 +252,12 @@ WITH input AS (
     WHERE d.id = done.document_id AND d.generation = done.generation
     RETURNING d.id
 )
-SELECT id, (SELECT count(*) FROM doc) AS moved,
+-- NOTIFY is transactional: idle workers of the next stage wake at commit.
+SELECT id, true AS held, (SELECT count(*) FROM doc) AS moved,
        (SELECT count(pg_notify('ragline_jobs', stage)) FROM wake) AS notified
 FROM done
 UNION ALL
 -- The snapshot predates this statement's own update: these succeeded earlier.
-SELECT j.id, 0, 0
+SELECT j.id, false, 0, 0
 FROM stage_jobs AS j JOIN input AS i ON j.id = i.id AND j.lease_token = i.token
 WHERE j.state = 'succeeded';

@@ -9,27 +9,16 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import pytest
 
 from runtime.documents import DocumentRepository
 from runtime.models import NewDocument
+from tests.support.cli import sql
 from tests.support.procs import WorkerProcess, wait_for, workers
 
 Start = Callable[..., WorkerProcess]
-
-
-def sql(dsn: str, query: str, *args: Any) -> list[asyncpg.Record]:
-    async def go() -> list[asyncpg.Record]:
-        conn = await asyncpg.connect(dsn)
-        try:
-            return await conn.fetch(query, *args)
-        finally:
-            await conn.close()
-
-    return asyncio.run(go())
 
 
 def submit(dsn: str, n: int, stage: str = "parse") -> list[uuid.UUID]:
