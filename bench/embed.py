@@ -10,8 +10,8 @@ the real stages, then prints:
    ``sum over documents of ceil(U_doc / 96)`` (one embed slot, so each document's cache
    lookup sees every earlier document's vectors and the expectation is exact);
 2. throughput against ``RAGLINE_EMBED_RPM``: requests/min over the embed phase as a share
-   of the limit, for a fresh limiter (aiolimiter's ``AsyncLimiter(rpm, 60)`` starts empty
-   and lets a minute's budget through at once) and for a limiter already at its limit
+   of the limit, for a fresh limiter (its bucket holds one second's worth, which a fresh
+   process may send at once) and for a limiter already at its limit
    (the steady state a long-running worker lives in), at 1024 dimensions (production)
    and at a tiny dimension (client cost negligible, so only the limiter can bind);
 3. re-ingesting the same bytes (``submit --force``) and ``reprocess --from index``:
@@ -282,7 +282,7 @@ async def section_rate(
     slots = DEFAULT_CONCURRENCY["embed"]
     heading(
         f"2. Throughput vs RAGLINE_EMBED_RPM={rpm} ({rpm / 60:g} req/s), one process; "
-        f"'fresh' = limiter as built (empty bucket: {rpm} requests may go at once), 'full' = "
+        f"'fresh' = limiter as built (empty bucket: one second's worth may go at once), 'full' = "
         f"limiter already at its limit (steady state); rate = (R-1) / (last - first request)"
     )
     runs: list[tuple[Run, bool]] = [(counted, False)]

@@ -38,6 +38,20 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise ConfigurationError(f"{name} must be a whole number, got {raw!r}") from exc
 
 
+def limiter_for(rpm: int) -> AsyncLimiter | None:
+    """A leaky bucket holding one second's worth of requests (at least one).
+
+    ``AsyncLimiter(rpm, 60)`` would let a fresh process send a whole minute's budget at
+    once (measured: 6x the limit over the first seconds), which a provider enforcing its
+    per-minute cap answers with 429s.
+    """
+    if rpm <= 0:
+        return None
+    if rpm >= 60:
+        return AsyncLimiter(rpm / 60, 1.0)
+    return AsyncLimiter(1, 60 / rpm)
+
+
 class PipelineSettings(msgspec.Struct, frozen=True, kw_only=True):
     chunk: ChunkConfig = msgspec.field(default_factory=ChunkConfig)
     min_image_px: int = DEFAULT_MIN_IMAGE_PX
@@ -91,9 +105,7 @@ class Services:
 
     @functools.cached_property
     def limiter(self) -> AsyncLimiter | None:
-        rpm = self.settings.embed_rpm
-        # max_rate per 60 s; a bucket of one minute lets a burst use a minute's budget.
-        return AsyncLimiter(rpm, 60) if rpm > 0 else None
+        return limiter_for(self.settings.embed_rpm)
 
     @property
     def collection(self) -> str:
