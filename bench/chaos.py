@@ -136,6 +136,9 @@ def _corpus(config: ChaosConfig) -> tuple[list[Path], list[Path]]:
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="ragline-chaos-"))
+    # mkdtemp makes it 0700; as root the embedded server runs as another user, who must
+    # enter it (else its cluster would be placed under /var/tmp and outlive the run).
+    tmp.chmod(0o711)
     try:
         with _server(args, tmp) as (server, restart), _database(server) as dsn:
             config = _config(args, args.pg_restarts if restart else 0)
