@@ -13,6 +13,7 @@ is found and purged. The scenario and its knobs live in :mod:`tests.support.chao
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -155,8 +156,15 @@ def test_no_job_left_behind_and_attempts_bounded(run: Run) -> None:
     assert all(j.attempts <= j.max_attempts for j in jobs)
     assert run.chaos.abandoned_seen == 0, "a running job kept an expired lease unrescued"
     # Every worker stopped cleanly on SIGTERM at the end (killed ones are not waited on).
+    # One SIGTERMed while still importing, before its handlers exist, dies of the signal,
+    # which is the right thing for a process that has not started any work.
     survivors = [w for w in run.chaos.fleet.current.values()]
-    assert all(run.chaos.stop_codes.get(w.pid) == 0 for w in survivors), run.chaos.stop_codes
+    codes = run.chaos.stop_codes
+    assert all(
+        codes.get(w.pid) == 0
+        or (codes.get(w.pid) == -signal.SIGTERM and "worker started" not in w.proc.output())
+        for w in survivors
+    ), codes
 
 
 def test_crashes_waste_at_most_the_batch_in_flight(run: Run) -> None:
