@@ -41,7 +41,8 @@ from tests.support.procs import WorkerProcess
 # The shared run is set up inside the first test that uses it: allow it the whole run.
 pytestmark = pytest.mark.timeout(600)
 
-CONFIG = ChaosConfig(pdfs=56, chaos_s=20.0, drain_timeout_s=150.0)
+# Enough work to outlast the chaos: every scheduled event must land while documents flow.
+CONFIG = ChaosConfig(pdfs=100, chaos_s=12.0, drain_timeout_s=150.0)
 #: Submitted, in this order; zero-byte and not-a-pdf (and garbage, no header) are refused.
 BROKEN = ("truncated", "encrypted", "corrupt", "zero-byte", "not-a-pdf", "garbage")
 REFUSED = {"zero-byte.pdf", "not-a-pdf.pdf", "garbage.pdf"}
