@@ -17,6 +17,9 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,
     asyncpg.exceptions.OperatorInterventionError,
     asyncpg.exceptions.TooManyConnectionsError,
+    # The server gave up on this statement; the same statement again may well succeed.
+    asyncpg.exceptions.DeadlockDetectedError,
+    asyncpg.exceptions.SerializationError,
 )
 
 

@@ -31,10 +31,21 @@ RETURNING j.id, j.document_id, j.stage, j.generation, j.attempts, j.max_attempts
 -- name: heartbeat_jobs
 -- Renew the leases this worker still holds; returns the ids whose token still holds.
 -- $1 job ids, $2 their lease tokens, $3 lease seconds, $4 now
+WITH held AS (
+    SELECT j.id
+    FROM stage_jobs AS j
+    JOIN unnest($1::bigint[], $2::uuid[]) AS h (id, token)
+      ON j.id = h.id AND j.lease_token = h.token
+    WHERE j.state = 'running'
+    -- Lock in id order, as complete_jobs does: two multi-row statements on the same jobs
+    -- (this heartbeat and a batch of completions) otherwise deadlock.
+    ORDER BY j.id
+    FOR UPDATE OF j
+)
 UPDATE stage_jobs AS j
 SET lease_expires_at = coalesce($4, now()) + make_interval(secs => $3)
-FROM unnest($1::bigint[], $2::uuid[]) AS held (id, token)
-WHERE j.id = held.id AND j.lease_token = held.token AND j.state = 'running'
+FROM held
+WHERE j.id = held.id
 RETURNING j.id;
 
 -- name: check_lease
@@ -216,11 +227,18 @@ FROM requeued AS r;
 -- $1 job ids, $2 lease tokens, $3 next stages (NULL: the last stage), $4 now
 WITH input AS (
     SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS i (id, token, next_stage)
+), held AS (
+    SELECT j.id, i.next_stage
+    FROM stage_jobs AS j JOIN input AS i ON j.id = i.id AND j.lease_token = i.token
+    WHERE j.state = 'running'
+    -- Lock in id order, as heartbeat_jobs does, so the two never deadlock.
+    ORDER BY j.id
+    FOR UPDATE OF j
 ), done AS (
     UPDATE stage_jobs AS j
     SET state = 'succeeded', finished_at = coalesce($4, now()), lease_expires_at = NULL
-    FROM input AS i
-    WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
+    FROM held AS i
+    WHERE j.id = i.id
     RETURNING j.id, j.document_id, j.generation, j.max_attempts, j.priority, i.next_stage
 ), next_job AS (
     INSERT INTO stage_jobs (document_id, stage, generation, max_attempts, priority, run_after)
