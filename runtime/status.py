@@ -9,7 +9,7 @@ from datetime import datetime
 import msgspec
 
 import schema
-from runtime.repository import Pool
+from runtime.repository import Pool, to_struct
 
 S = schema.load("status")
 
@@ -58,7 +58,7 @@ async def progress(pool: Pool, ids: Sequence[uuid.UUID]) -> dict[str, dict[str, 
 
 async def failures(pool: Pool, stage: str | None, kind: str | None, limit: int) -> list[FailureRow]:
     rows = await pool.fetch(S["failures"], stage, kind, limit)
-    return [FailureRow(**dict(r.items())) for r in rows]
+    return [to_struct(FailureRow, r) for r in rows]
 
 
 async def queue_position(pool: Pool, job_id: int) -> int:

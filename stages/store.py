@@ -14,6 +14,7 @@ import asyncpg
 import msgspec
 
 import schema
+from runtime.repository import to_struct
 from runtime.stage import DbConn
 
 Q = schema.load("pipeline")
@@ -94,7 +95,7 @@ async def replace_assets(conn: Conn, document_id: uuid.UUID, assets: Sequence[As
 
 async def assets(db: Reader, document_id: uuid.UUID) -> list[Asset]:
     rows = await db.fetch(Q["document_assets"], document_id)
-    return [Asset(**dict(r.items())) for r in rows]
+    return [to_struct(Asset, r) for r in rows]
 
 
 async def describe_asset(conn: Conn, document_id: uuid.UUID, sha256: str, text: str) -> None:
@@ -141,7 +142,7 @@ async def _insert_chunks(
 
 async def chunks(db: Reader, document_id: uuid.UUID) -> list[ChunkRow]:
     rows = await db.fetch(Q["document_chunks"], document_id)
-    return [ChunkRow(**dict(r.items())) for r in rows]
+    return [to_struct(ChunkRow, r) for r in rows]
 
 
 async def cached(db: Reader, model: str, sha256s: Sequence[str]) -> set[str]:
@@ -159,7 +160,7 @@ async def insert_embeddings(
 
 async def chunk_vectors(db: Reader, document_id: uuid.UUID, model: str) -> list[ChunkVector]:
     rows = await db.fetch(Q["chunk_vectors"], document_id, model)
-    return [ChunkVector(**dict(r.items())) for r in rows]
+    return [to_struct(ChunkVector, r) for r in rows]
 
 
 async def documents_missing_model(db: Reader, model: str) -> list[uuid.UUID]:
