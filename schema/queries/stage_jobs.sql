@@ -230,7 +230,8 @@ WITH input AS (
 ), held AS (
     SELECT j.id, i.next_stage
     FROM stage_jobs AS j JOIN input AS i ON j.id = i.id AND j.lease_token = i.token
-    WHERE j.state = 'running'
+    -- id = ANY: a primary-key lookup per job, whatever the planner guesses of unnest.
+    WHERE j.id = ANY($1::bigint[]) AND j.state = 'running'
     -- Lock in id order, as heartbeat_jobs does, so the two never deadlock.
     ORDER BY j.id
     FOR UPDATE OF j
@@ -253,12 +254,17 @@ WITH input AS (
     -- that NOTIFYs takes a global lock until its commit is flushed, which serializes the
     -- commits of every completing job (measured: half the throughput at 16 slots). An
     -- idle worker that misses a wake-up still polls.
-    SELECT DISTINCT n.stage FROM next_job AS n
-    WHERE NOT EXISTS (
-        SELECT 1 FROM stage_jobs AS q
-        WHERE q.state = 'queued' AND q.stage = n.stage
-          AND q.run_after <= coalesce($4, now()) AND q.id <> n.id
-    )
+    -- The jobs this statement inserts are not in its snapshot, so they do not count.
+    -- A scalar subquery with LIMIT 1 is one probe of stage_jobs_claim per stage; as
+    -- NOT EXISTS the planner may turn it into an anti join over the whole table.
+    SELECT s.stage FROM (SELECT DISTINCT stage FROM next_job) AS s
+    WHERE (
+        SELECT q.id FROM stage_jobs AS q
+        WHERE q.state = 'queued' AND q.stage = s.stage AND q.run_after <= coalesce($4, now())
+        -- The claim index's order, so the probe walks that index (and stops at one row).
+        ORDER BY q.priority DESC, q.run_after, q.id
+        LIMIT 1
+    ) IS NULL
 ), doc AS (
     UPDATE documents AS d
     SET status = CASE WHEN done.next_stage IS NULL THEN 'ready' ELSE 'processing' END
@@ -278,4 +284,4 @@ UNION ALL
 -- The snapshot predates this statement's own update: these succeeded earlier.
 SELECT j.id, false, 0, 0
 FROM stage_jobs AS j JOIN input AS i ON j.id = i.id AND j.lease_token = i.token
-WHERE j.state = 'succeeded';
+WHERE j.id = ANY($1::bigint[]) AND j.state = 'succeeded';
