@@ -9,7 +9,7 @@ the pool. Every ``now`` parameter pins the database clock for tests (``None``: s
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeAlias, TypeVar
 
@@ -28,8 +28,27 @@ Pool: TypeAlias = "asyncpg.Pool[Any]"
 S = TypeVar("S", bound=msgspec.Struct)
 
 
-def to_struct(kind: type[S], record: asyncpg.Record) -> S:
-    return kind(**dict(record.items()))
+def to_struct(kind: type[S], record: asyncpg.Record, skip: frozenset[str] = frozenset()) -> S:
+    return kind(**{k: v for k, v in record.items() if k not in skip})
+
+
+#: Columns of complete_and_claim's rows that are not the claimed job's.
+_SETTLE_ONLY = frozenset({"kind", "notified"})
+
+
+class Claim(msgspec.Struct, frozen=True):
+    """Jobs to lease in a :meth:`JobRepository.settle`: how many per stage, for whom."""
+
+    worker_id: str
+    lease_s: float
+    limits: Mapping[str, int]
+
+
+class Settled(msgspec.Struct):
+    """What a :meth:`JobRepository.settle` did: ids completed, jobs leased."""
+
+    held: set[int] = msgspec.field(default_factory=set)
+    claimed: list[Job] = msgspec.field(default_factory=list)
 
 
 class Rescued(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,8 +77,9 @@ class JobRepository:
     async def claim(
         self, stage: str, worker_id: str, limit: int, lease_s: float, now: datetime | None = None
     ) -> list[Job]:
-        rows = await self.pool.fetch(Q["claim_jobs"], stage, worker_id, limit, lease_s, now)
-        return [to_struct(Job, r) for r in rows]
+        """Lease up to ``limit`` due jobs of ``stage``, best first."""
+        settled = await self.settle((), Claim(worker_id, lease_s, {stage: limit}), now=now)
+        return settled.claimed
 
     async def heartbeat(
         self, held: Sequence[tuple[int, uuid.UUID]], lease_s: float, now: datetime | None = None
@@ -82,36 +102,70 @@ class JobRepository:
 
         Idempotent for its caller: retried after a lost reply, it returns True again.
         """
-        if write is None:
-            return job.id in await self.complete_many([(job, next_stage)], now)
-        async with self.pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(*self._complete_args([(job, next_stage)], now))
-            if not any(r["held"] for r in rows):
-                # Nothing changed; leaving the block commits an empty transaction. A row
-                # not held means our own earlier commit went through and its reply was lost.
-                return bool(rows)
-            await write(conn)
-            return True
+        settled = await self.settle([(job, next_stage)], write=write, now=now)
+        return job.id in settled.held
 
-    async def complete_many(
-        self, jobs: Sequence[tuple[Job, str | None]], now: datetime | None = None
-    ) -> set[int]:
-        """Complete jobs that have nothing to write, in one statement; returns the ids
-        whose completion holds (the others lost their lease)."""
-        rows = await self.pool.fetch(*self._complete_args(jobs, now))
+    async def settle(
+        self,
+        jobs: Sequence[tuple[Job, str | None]],
+        claim: Claim | None = None,
+        write: Writer | None = None,
+        now: datetime | None = None,
+    ) -> Settled:
+        """Complete held ``jobs`` (each with its next stage) and lease new ones, in one
+        statement and one commit.
+
+        ``write`` (one job only) runs in the same transaction once the job is known to hold
+        its lease; if it raises, nothing of this call is committed.
+        """
+        if write is not None and len(jobs) != 1:
+            raise ValueError("a writer completes exactly one job")
+        args = self._settle_args(jobs, claim, now)
+        if write is None:
+            rows = await self.pool.fetch(*args)
+            settled = self._settled(rows)
+        else:
+            async with self.pool.acquire() as conn, conn.transaction():
+                settled = self._settled(await conn.fetch(*args))
+                if settled.held:
+                    await write(conn)
+        missing = [job for job, _ in jobs if job.id not in settled.held]
+        if missing:
+            settled.held.update(await self._completed_earlier(missing))
+        return settled
+
+    async def _completed_earlier(self, jobs: Sequence[Job]) -> set[int]:
+        rows = await self.pool.fetch(
+            Q["completed_earlier"], [j.id for j in jobs], [j.lease_token for j in jobs]
+        )
         return {r["id"] for r in rows}
 
     @staticmethod
-    def _complete_args(
-        jobs: Sequence[tuple[Job, str | None]], now: datetime | None
+    def _settle_args(
+        jobs: Sequence[tuple[Job, str | None]], claim: Claim | None, now: datetime | None
     ) -> tuple[Any, ...]:
+        limits = claim.limits if claim else {}
         return (
-            Q["complete_jobs"],
+            Q["complete_and_claim"],
             [j.id for j, _ in jobs],
             [j.lease_token for j, _ in jobs],
             [n for _, n in jobs],
             now,
+            claim.worker_id if claim else "",
+            claim.lease_s if claim else 0.0,
+            list(limits),
+            list(limits.values()),
         )
+
+    @staticmethod
+    def _settled(rows: Sequence[asyncpg.Record]) -> Settled:
+        settled = Settled()
+        for r in rows:
+            if r["kind"] == "completed":
+                settled.held.add(r["id"])
+            else:
+                settled.claimed.append(to_struct(Job, r, skip=_SETTLE_ONLY))
+        return settled
 
     async def retry_or_fail(
         self, job: Job, failure: Failure, delay_s: float, now: datetime | None = None

@@ -1,32 +1,115 @@
 -- Named queries on stage_jobs: the life of a job (DESIGN.md §3).
 -- Every "now" is `coalesce($n, now())` so tests can pin the database clock.
+-- Workers run these as generic plans (plan_cache_mode = force_generic_plan, see
+-- runtime/worker.py): replanning the big ones costs more than running them, so each is
+-- written to be index lookups whatever the parameters (= ANY(ARRAY(...)) rather than joins
+-- on CTEs, whose row counts a generic plan cannot know).
 
--- name: claim_jobs
--- Lease up to $3 queued jobs of one stage whose run_after has passed, best first.
--- $1 stage, $2 worker id, $3 limit, $4 lease seconds, $5 now (NULL: server time)
-WITH picked AS (
-    SELECT id
-    FROM stage_jobs
-    WHERE state = 'queued' AND stage = $1 AND run_after <= coalesce($5, now())
-    -- Same order as the stage_jobs_claim index, so this is an index walk with a LIMIT.
-    ORDER BY priority DESC, run_after, id
-    LIMIT $3
-    -- SKIP LOCKED: concurrent claimers take different rows instead of queueing on locks.
-    FOR UPDATE SKIP LOCKED
+-- name: complete_and_claim
+-- The hot path, one statement and one commit: complete held jobs (enqueue each one's next
+-- stage, move its document on, wake idle workers of that stage), then lease queued jobs
+-- for the stages whose slots those completions freed. A worker claims with no
+-- completions, and completes with no claims; its completer does both at once for every
+-- job that finished while the last batch was in flight (group commit).
+-- A lost token matches no row, so nothing happens for that job: the caller sees it is not
+-- among the completed rows. The jobs this statement inserts or completes are not in its
+-- snapshot, so it never claims them (the worker wakes that stage's loop itself).
+-- Rows: ('completed', id) per completed job, ('claimed', job...) per leased job.
+-- $1 job ids, $2 their lease tokens, $3 their next stages (NULL: the last stage), $4 now,
+-- $5 worker id, $6 lease seconds, $7 stages to claim for, $8 how many for each
+WITH input AS (
+    SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS i (id, token, next_stage)
+), held AS (
+    SELECT j.id, i.next_stage
+    FROM stage_jobs AS j JOIN input AS i ON j.id = i.id AND j.lease_token = i.token
+    WHERE j.id = ANY($1::bigint[]) AND j.state = 'running'
+    -- Lock in id order, as heartbeat_jobs does, so the two never deadlock.
+    ORDER BY j.id
+    FOR UPDATE OF j
+), done AS (
+    UPDATE stage_jobs AS j
+    SET state = 'succeeded', finished_at = coalesce($4, now()), lease_expires_at = NULL
+    FROM held AS i
+    WHERE j.id = i.id
+    RETURNING j.id, j.document_id, j.generation, j.max_attempts, j.priority, i.next_stage
+), next_job AS (
+    INSERT INTO stage_jobs (document_id, stage, generation, max_attempts, priority, run_after)
+    SELECT document_id, next_stage, generation, max_attempts, priority, coalesce($4, now())
+    FROM done
+    WHERE next_stage IS NOT NULL
+    ON CONFLICT (document_id, stage) WHERE state IN ('queued', 'running') DO NOTHING
+    RETURNING stage
+), wake AS (
+    -- NOTIFY only stages that had no due job: a worker with work to do claims again as
+    -- soon as a slot frees, so only idle ones need waking. This matters: a transaction
+    -- that NOTIFYs takes a global lock until its commit is flushed, which serializes the
+    -- commits of every completing job (measured: half the throughput at 16 slots). An
+    -- idle worker that misses a wake-up still polls. One probe of stage_jobs_claim per
+    -- stage: as NOT EXISTS the planner may make it an anti join over the whole table.
+    SELECT s.stage FROM (SELECT DISTINCT stage FROM next_job) AS s
+    WHERE (
+        SELECT q.id FROM stage_jobs AS q
+        WHERE q.state = 'queued' AND q.stage = s.stage AND q.run_after <= coalesce($4, now())
+        ORDER BY q.priority DESC, q.run_after, q.id
+        LIMIT 1
+    ) IS NULL
+), doc AS (
+    UPDATE documents AS d
+    SET status = CASE WHEN done.next_stage IS NULL THEN 'ready' ELSE 'processing' END
+                 ::ragline_document_status,
+        stage = coalesce(done.next_stage, d.stage),
+        error = NULL,
+        updated_at = coalesce($4, now())
+    FROM done
+    WHERE d.id = done.document_id AND d.generation = done.generation
+), picked AS (
+    SELECT p.id
+    FROM unnest($7::text[], $8::int[]) AS w (stage, n)
+    CROSS JOIN LATERAL (
+        SELECT q.id
+        FROM stage_jobs AS q
+        WHERE q.state = 'queued' AND q.stage = w.stage AND q.run_after <= coalesce($4, now())
+        -- Same order as the stage_jobs_claim index: an index walk with a LIMIT.
+        ORDER BY q.priority DESC, q.run_after, q.id
+        LIMIT w.n
+        -- SKIP LOCKED: concurrent claimers take different rows instead of queueing on locks.
+        FOR UPDATE SKIP LOCKED
+    ) AS p
+), claimed AS (
+    UPDATE stage_jobs AS j
+    SET state = 'running',
+        attempts = j.attempts + 1,
+        lease_owner = $5,
+        -- A fresh token per claim is the fencing token: every later write checks it.
+        lease_token = gen_random_uuid(),
+        lease_expires_at = coalesce($4, now()) + make_interval(secs => $6),
+        started_at = coalesce($4, now()),
+        finished_at = NULL
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.document_id, j.stage, j.generation, j.attempts, j.max_attempts,
+              j.lease_token, j.lease_expires_at, j.created_at
 )
-UPDATE stage_jobs AS j
-SET state = 'running',
-    attempts = j.attempts + 1,
-    lease_owner = $2,
-    -- A fresh token per claim is the fencing token: every later write checks it.
-    lease_token = gen_random_uuid(),
-    lease_expires_at = coalesce($5, now()) + make_interval(secs => $4),
-    started_at = coalesce($5, now()),
-    finished_at = NULL
-FROM picked, documents AS d
-WHERE j.id = picked.id AND d.id = j.document_id
-RETURNING j.id, j.document_id, j.stage, j.generation, j.attempts, j.max_attempts,
-          j.lease_token, j.lease_expires_at, j.created_at, d.filename;
+-- NOTIFY is transactional: idle workers of the next stage wake at commit.
+SELECT 'completed' AS kind, id, NULL::uuid AS document_id, NULL::text AS stage,
+       NULL::int AS generation, NULL::int AS attempts, NULL::int AS max_attempts,
+       NULL::uuid AS lease_token, NULL::timestamptz AS lease_expires_at,
+       NULL::timestamptz AS created_at, NULL::text AS filename,
+       (SELECT count(pg_notify('ragline_jobs', stage)) FROM wake) AS notified
+FROM done
+UNION ALL
+SELECT 'claimed', c.id, c.document_id, c.stage, c.generation, c.attempts, c.max_attempts,
+       c.lease_token, c.lease_expires_at, c.created_at,
+       (SELECT d.filename FROM documents AS d WHERE d.id = c.document_id), 0
+FROM claimed AS c;
+
+-- name: completed_earlier
+-- Of jobs a completion did not find held: those an earlier call with the same token
+-- completed (its reply was lost with the connection), so the caller's retry holds.
+-- $1 job ids, $2 their lease tokens
+SELECT j.id
+FROM stage_jobs AS j JOIN unnest($1::bigint[], $2::uuid[]) AS i (id, token)
+  ON j.id = i.id AND j.lease_token = i.token
+WHERE j.id = ANY($1::bigint[]) AND j.state = 'succeeded';
 
 -- name: heartbeat_jobs
 -- Renew the leases this worker still holds; returns the ids whose token still holds.
@@ -216,72 +299,3 @@ SELECT r.document_id, r.stage,
        (SELECT count(pg_notify('ragline_jobs', s.stage))
         FROM (SELECT DISTINCT stage FROM requeued) AS s) AS notified
 FROM requeued AS r;
-
--- name: complete_jobs
--- Mark held jobs succeeded, enqueue each one's next stage and move its document on, in one
--- statement. Used for one job inside the transaction that also writes its output, and for
--- many at once by the worker's completer (group commit: what piled up while the last
--- batch was in flight goes in one commit). A lost token matches no row, so nothing below
--- it happens for that job. Returns (id, held): held now, or not held but succeeded by an
--- earlier call with the same token whose reply was lost with the connection.
--- $1 job ids, $2 lease tokens, $3 next stages (NULL: the last stage), $4 now
-WITH input AS (
-    SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS i (id, token, next_stage)
-), held AS (
-    SELECT j.id, i.next_stage
-    FROM stage_jobs AS j JOIN input AS i ON j.id = i.id AND j.lease_token = i.token
-    -- id = ANY: a primary-key lookup per job, whatever the planner guesses of unnest.
-    WHERE j.id = ANY($1::bigint[]) AND j.state = 'running'
-    -- Lock in id order, as heartbeat_jobs does, so the two never deadlock.
-    ORDER BY j.id
-    FOR UPDATE OF j
-), done AS (
-    UPDATE stage_jobs AS j
-    SET state = 'succeeded', finished_at = coalesce($4, now()), lease_expires_at = NULL
-    FROM held AS i
-    WHERE j.id = i.id
-    RETURNING j.id, j.document_id, j.generation, j.max_attempts, j.priority, i.next_stage
-), next_job AS (
-    INSERT INTO stage_jobs (document_id, stage, generation, max_attempts, priority, run_after)
-    SELECT document_id, next_stage, generation, max_attempts, priority, coalesce($4, now())
-    FROM done
-    WHERE next_stage IS NOT NULL
-    ON CONFLICT (document_id, stage) WHERE state IN ('queued', 'running') DO NOTHING
-    RETURNING id, stage
-), wake AS (
-    -- NOTIFY only stages that had no due job: a worker with work to do claims again as
-    -- soon as a slot frees, so only idle ones need waking. This matters: a transaction
-    -- that NOTIFYs takes a global lock until its commit is flushed, which serializes the
-    -- commits of every completing job (measured: half the throughput at 16 slots). An
-    -- idle worker that misses a wake-up still polls.
-    -- The jobs this statement inserts are not in its snapshot, so they do not count.
-    -- A scalar subquery with LIMIT 1 is one probe of stage_jobs_claim per stage; as
-    -- NOT EXISTS the planner may turn it into an anti join over the whole table.
-    SELECT s.stage FROM (SELECT DISTINCT stage FROM next_job) AS s
-    WHERE (
-        SELECT q.id FROM stage_jobs AS q
-        WHERE q.state = 'queued' AND q.stage = s.stage AND q.run_after <= coalesce($4, now())
-        -- The claim index's order, so the probe walks that index (and stops at one row).
-        ORDER BY q.priority DESC, q.run_after, q.id
-        LIMIT 1
-    ) IS NULL
-), doc AS (
-    UPDATE documents AS d
-    SET status = CASE WHEN done.next_stage IS NULL THEN 'ready' ELSE 'processing' END
-                 ::ragline_document_status,
-        stage = coalesce(done.next_stage, d.stage),
-        error = NULL,
-        updated_at = coalesce($4, now())
-    FROM done
-    WHERE d.id = done.document_id AND d.generation = done.generation
-    RETURNING d.id
-)
--- NOTIFY is transactional: idle workers of the next stage wake at commit.
-SELECT id, true AS held, (SELECT count(*) FROM doc) AS moved,
-       (SELECT count(pg_notify('ragline_jobs', stage)) FROM wake) AS notified
-FROM done
-UNION ALL
--- The snapshot predates this statement's own update: these succeeded earlier.
-SELECT j.id, false, 0, 0
-FROM stage_jobs AS j JOIN input AS i ON j.id = i.id AND j.lease_token = i.token
-WHERE j.id = ANY($1::bigint[]) AND j.state = 'succeeded';

@@ -42,7 +42,7 @@ from tests.support.procs import WorkerProcess
 pytestmark = pytest.mark.timeout(600)
 
 # Enough work to outlast the chaos: every scheduled event must land while documents flow.
-CONFIG = ChaosConfig(pdfs=100, chaos_s=12.0, drain_timeout_s=150.0)
+CONFIG = ChaosConfig(pdfs=100, chaos_s=12.0, kill_every_s=(1.0, 2.0), drain_timeout_s=150.0)
 #: Submitted, in this order; zero-byte and not-a-pdf (and garbage, no header) are refused.
 BROKEN = ("truncated", "encrypted", "corrupt", "zero-byte", "not-a-pdf", "garbage")
 REFUSED = {"zero-byte.pdf", "not-a-pdf.pdf", "garbage.pdf"}

@@ -13,7 +13,7 @@ import pytest
 
 from runtime.documents import DocumentRepository
 from runtime.models import DocumentStatus, Failure, Job, JobState, NewDocument
-from runtime.repository import JobRepository
+from runtime.repository import Claim, JobRepository
 from runtime.stage import DbConn
 from tests.support.backends import anyio_backend
 
@@ -149,6 +149,55 @@ async def test_complete_advances_document_and_enqueues_next(
     assert await repo.complete(last, None)
     doc = await docs.get(doc_id)
     assert doc is not None and doc.status == DocumentStatus.READY
+
+
+async def test_settle_completes_and_claims_in_one_commit(
+    docs: DocumentRepository, repo: JobRepository
+) -> None:
+    first, second = await submit(docs), await submit(docs)
+    job = await claim_one(repo)
+    settled = await repo.settle([(job, "chunk")], Claim("test:1:w", LEASE_S, {"parse": 5}))
+    assert settled.held == {job.id}
+    [following] = settled.claimed  # only one other parse job exists
+    assert {job.document_id, following.document_id} == {first, second}
+    assert following.attempts == 1 and following.lease_token != job.lease_token
+    row = await repo.get_job(following.id)
+    assert row is not None and row.state == JobState.RUNNING
+    assert row.lease_token == following.lease_token and row.lease_owner == "test:1:w"
+    # It claims the chunk job the first call enqueued, not the one it enqueues itself:
+    # that is not in its snapshot.
+    chunk = await repo.settle([(following, "chunk")], Claim("test:1:w", LEASE_S, {"chunk": 5}))
+    assert chunk.held == {following.id}
+    assert [c.document_id for c in chunk.claimed] == [job.document_id]
+    assert await repo.count_live(["chunk"]) == 2
+
+
+async def test_settle_with_failing_writer_claims_nothing(
+    docs: DocumentRepository, repo: JobRepository
+) -> None:
+    await submit(docs)
+    await submit(docs)
+    job = await claim_one(repo)
+
+    async def write(conn: DbConn) -> None:
+        raise RuntimeError("writer broke")
+
+    with pytest.raises(RuntimeError):
+        await repo.settle([(job, "chunk")], Claim("w", LEASE_S, {"parse": 1}), write)
+    assert await repo.count_live(["chunk"]) == 0
+    left = await repo.claim("parse", "w", 5, LEASE_S)
+    assert len(left) == 1  # the claim was rolled back with the completion
+
+
+async def test_settle_retried_after_lost_reply_still_holds(
+    docs: DocumentRepository, repo: JobRepository
+) -> None:
+    await submit(docs)
+    job = await claim_one(repo)
+    assert (await repo.settle([(job, "chunk")])).held == {job.id}
+    # The same call again (as after a reply lost with the connection): it held, nothing new.
+    assert (await repo.settle([(job, "chunk")])).held == {job.id}
+    assert await repo.count_live(["chunk"]) == 1
 
 
 async def test_lost_lease_commits_nothing(

@@ -75,6 +75,40 @@ async def test_pipeline_runs_every_stage_once(dsn: str, pool: asyncpg.Pool[Any])
     assert await effects(pool) == {(d, s): 1 for d in ids for s in STAGES}
 
 
+class CountingStage(ScriptedStage):
+    """Records the most jobs it ever had running at once."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, sleep_s=0.01, noop=True)
+        self.now = 0
+        self.peak = 0
+
+    async def process(self, ctx: JobContext) -> Any:
+        self.now += 1
+        self.peak = max(self.peak, self.now)
+        try:
+            return await super().process(ctx)
+        finally:
+            self.now -= 1
+
+
+async def test_slots_chain_jobs_without_exceeding_concurrency(
+    dsn: str, pool: asyncpg.Pool[Any]
+) -> None:
+    # Completions lease the next job of their stage in the same commit; the slot keeps
+    # its job count, so a stage never runs more than its concurrency.
+    ids = await submit_many(pool, 30)
+    stages = [CountingStage(name) for name in STAGES]
+    limits = {"parse": 2, "chunk": 1, "vision": 3, "embed": 1, "index": 2}
+    await run(Pipeline(stages=stages), dsn, config(concurrency=limits))
+    peaks = {s.name: s.peak for s in stages}
+    assert all(peaks[name] <= limit for name, limit in limits.items()), peaks
+    assert peaks["parse"] == limits["parse"]  # its whole queue was due from the start
+    assert all(s.calls == len(ids) for s in stages)
+    statuses = await pool.fetch("SELECT DISTINCT status::text FROM documents")
+    assert [r[0] for r in statuses] == ["ready"]
+
+
 async def test_permanent_failure_fails_document_once(dsn: str, pool: asyncpg.Pool[Any]) -> None:
     ids = await submit_many(pool, 2)
     chunk = ScriptedStage("chunk", fail="permanent")

@@ -90,29 +90,42 @@ def test_python_enums_match_postgres(dsn: str) -> None:
     assert labels["ragline_document_status"] == [s.value for s in DocumentStatus]
 
 
-def test_claim_uses_partial_index_with_many_finished_rows(dsn: str) -> None:
+def test_hot_statement_is_index_lookups_as_a_generic_plan(dsn: str) -> None:
+    """Workers run complete_and_claim as a generic plan; with many finished rows it must
+    walk stage_jobs_claim and look rows up by key, never scan a table."""
+
     async def go() -> str:
         conn = await asyncpg.connect(dsn)
         try:
             await conn.execute(
                 """INSERT INTO documents (id, filename, media_type, byte_size, sha256)
-                   VALUES ('00000000-0000-0000-0000-000000000001', 'x.pdf',
-                           'application/pdf', 1, 'x')"""
+                   SELECT gen_random_uuid(), 'x.pdf', 'application/pdf', 1, md5(g::text)
+                   FROM generate_series(1, 2000) AS g"""
             )
             await conn.execute(
                 """INSERT INTO stage_jobs (document_id, stage, generation, state)
-                   SELECT '00000000-0000-0000-0000-000000000001', 'parse', g, 'succeeded'
-                   FROM generate_series(1, 20000) AS g"""
+                   SELECT d.id, s.stage, 1, 'succeeded'
+                   FROM documents AS d, unnest(ARRAY['parse', 'chunk', 'embed']) AS s (stage),
+                        generate_series(1, 4)"""
             )
-            await conn.execute("ANALYZE stage_jobs")
-            claim = schema.load("stage_jobs")["claim_jobs"]
-            plan = await conn.fetch("EXPLAIN " + claim, "parse", "w", 1, 30.0, None)
+            await conn.execute("ANALYZE documents, stage_jobs")
+            sql = schema.load("stage_jobs")["complete_and_claim"]
+            await conn.execute(
+                "PREPARE hot (bigint[], uuid[], text[], timestamptz, text, float8, text[], int[])"
+                " AS " + sql
+            )
+            await conn.execute("SET plan_cache_mode = force_generic_plan")
+            plan = await conn.fetch(
+                """EXPLAIN EXECUTE hot (ARRAY[1]::bigint[], ARRAY[gen_random_uuid()],
+                   ARRAY['chunk'], NULL, 'w', 30.0, ARRAY['parse'], ARRAY[4])"""
+            )
             return "\n".join(r[0] for r in plan)
         finally:
             await conn.close()
 
     plan = asyncio.run(go())
     assert "stage_jobs_claim" in plan, plan
+    assert "Seq Scan" not in plan, plan
 
 
 def test_every_named_query_is_loadable_and_unique() -> None:
