@@ -153,9 +153,13 @@ async def cached(db: Reader, model: str, sha256s: Sequence[str]) -> set[str]:
 async def insert_embeddings(
     conn: Conn, model: str, items: Sequence[tuple[str, Sequence[float]]]
 ) -> None:
-    await conn.executemany(
-        Q["insert_embedding"], [(model, sha, len(vec), list(vec)) for sha, vec in items]
-    )
+    if not items:
+        return
+    dims = len(items[0][1])
+    if any(len(vec) != dims for _, vec in items):
+        raise ValueError("vectors of one batch must have the same dimensions")
+    flat = [x for _, vec in items for x in vec]
+    await conn.execute(Q["insert_embeddings"], model, [sha for sha, _ in items], dims, flat)
 
 
 async def chunk_vectors(db: Reader, document_id: uuid.UUID, model: str) -> list[ChunkVector]:

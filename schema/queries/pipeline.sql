@@ -81,19 +81,23 @@ FROM chunks WHERE document_id = $1 ORDER BY ordinal;
 -- $1 model, $2 sha256s
 SELECT sha256 FROM embeddings WHERE model = $1 AND sha256 = ANY($2::text[]);
 
--- name: insert_embedding
--- One vector into the content-addressed cache; a concurrent writer's copy wins.
--- $1 model, $2 sha256, $3 dimensions, $4 vector
-INSERT INTO embeddings (model, sha256, dimensions, vector) VALUES ($1, $2, $3, $4)
+-- name: insert_embeddings
+-- A batch of vectors into the content-addressed cache; a concurrent writer's copy wins.
+-- The vectors come as one flat array, $3 numbers each, so a batch is one statement.
+-- $1 model, $2 sha256s, $3 dimensions, $4 the vectors one after another
+INSERT INTO embeddings (model, sha256, dimensions, vector)
+SELECT $1, u.sha256, $3::int, ($4::real[])[(u.i - 1) * $3::int + 1 : u.i * $3::int]
+FROM unnest($2::text[]) WITH ORDINALITY AS u (sha256, i)
 ON CONFLICT (model, sha256) DO NOTHING;
 
 -- name: chunk_vectors
 -- A document's chunks with their vectors for one model (NULL where not embedded).
 -- $1 document id, $2 model
+-- A key lookup per chunk: as a join, a generic plan may hash the whole embeddings table.
 SELECT c.ordinal, c.kind::text AS kind, c.text, c.page_start, c.page_end, c.generation,
-       e.vector
+       (SELECT e.vector FROM embeddings AS e WHERE e.model = $2 AND e.sha256 = c.sha256)
+           AS vector
 FROM chunks AS c
-LEFT JOIN embeddings AS e ON e.model = $2 AND e.sha256 = c.sha256
 WHERE c.document_id = $1
 ORDER BY c.ordinal;
 
