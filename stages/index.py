@@ -15,6 +15,7 @@ from runtime.models import Job
 from runtime.stage import DbConn, JobContext
 from stages import store
 from stages.services import Services
+from stages.vector_index import new_point
 
 
 class IndexStage:
@@ -24,8 +25,6 @@ class IndexStage:
         self.services = services
 
     async def process(self, ctx: JobContext) -> None:
-        from stages.vector_index import new_point  # here: qdrant-client is heavy to import
-
         job = ctx.job
         embedder = self.services.embedder
         rows = await store.chunk_vectors(ctx.pool, job.document_id, embedder.model)

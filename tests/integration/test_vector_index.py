@@ -21,12 +21,10 @@ import anyio
 import pytest
 
 from runtime.errors import MissingInput, PermanentError, RateLimited, TransientError
+from stages.edge_index import EdgeIndex, EdgeIndexConfig, is_wanted, lock_collection
+from stages.qdrant_index import QdrantConfig, QdrantIndex
 from stages.vector_index import (
-    EdgeIndex,
-    EdgeIndexConfig,
     Point,
-    QdrantConfig,
-    QdrantIndex,
     VectorIndex,
     collection_name,
     new_point,
@@ -241,7 +239,8 @@ async def test_qdrant_http_status_mapping(
 _WRITER = """
 import sys, uuid, anyio
 from pathlib import Path
-from stages.vector_index import EdgeIndex, EdgeIndexConfig, new_point
+from stages.edge_index import EdgeIndex, EdgeIndexConfig
+from stages.vector_index import new_point
 
 root, own, shared, dim = Path(sys.argv[1]), uuid.UUID(sys.argv[2]), uuid.UUID(sys.argv[3]), 8
 
@@ -385,7 +384,7 @@ async def _lock_within(path: Path, limit_s: float) -> float:
 
 async def test_edge_session_is_kept_then_closed_when_idle(tmp_path: Path) -> None:
     root = tmp_path / "qdrant"
-    index = EdgeIndex(EdgeIndexConfig(root=root, idle_close_s=0.3))
+    index = EdgeIndex(EdgeIndexConfig(root=root, idle_keep_s=0.3))
     lock = root / f"{COLLECTION}.lock"
     doc = uuid.uuid4()
     try:
@@ -407,8 +406,8 @@ async def test_edge_busy_session_lets_a_waiting_holder_in(tmp_path: Path) -> Non
     got_it = threading.Event()
 
     def wait_for_lock() -> None:
-        fd = os.open(root / f"{COLLECTION}.lock", os.O_RDWR)
-        fcntl.flock(fd, fcntl.LOCK_EX)  # blocks while the session is held
+        # Blocks while the session is held, as another ragline process would.
+        fd = lock_collection(root / f"{COLLECTION}.lock", root / f"{COLLECTION}.waiting")
         got_it.set()
         os.close(fd)
 
@@ -427,10 +426,34 @@ async def test_edge_busy_session_lets_a_waiting_holder_in(tmp_path: Path) -> Non
         waiter.join(timeout=10)
 
 
+async def test_edge_idle_session_is_kept_until_another_process_wants_it(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "qdrant"
+    config = EdgeIndexConfig(root=root, idle_close_s=0.05, min_hold_s=0.3, idle_keep_s=60.0)
+    index = EdgeIndex(config)
+    lock, waiting = root / f"{COLLECTION}.lock", root / f"{COLLECTION}.waiting"
+    try:
+        await index.ensure_collection(COLLECTION, DIM)
+        opened = time.monotonic()
+        await anyio.sleep(0.5)
+        assert _try_lock(lock) is None  # idle, but nobody asked: still held
+        assert not is_wanted(waiting)
+        fd = await anyio.to_thread.run_sync(lock_collection, lock, waiting)
+        waited = time.monotonic() - opened
+        os.close(fd)
+        # Let go within a timer tick or two of being wanted, not after idle_keep_s.
+        assert 0.5 <= waited < 5.0
+        assert await index.count(COLLECTION) == 0  # and it takes the lock back for work
+    finally:
+        await index.aclose()
+
+
 _REPLACER = """
 import sys, uuid, anyio
 from pathlib import Path
-from stages.vector_index import EdgeIndex, EdgeIndexConfig, new_point
+from stages.edge_index import EdgeIndex, EdgeIndexConfig
+from stages.vector_index import new_point
 
 root, dim, collection = Path(sys.argv[1]), 8, sys.argv[2]
 docs = [uuid.UUID(d) for d in sys.argv[3].split(",")]
@@ -514,13 +537,16 @@ async def _check_replaced(root: Path, docs: list[uuid.UUID], shared: uuid.UUID) 
 _KILLED = """
 import sys, uuid, anyio
 from pathlib import Path
-from stages.vector_index import EdgeIndex, EdgeIndexConfig, new_point
+from stages.edge_index import EdgeIndex, EdgeIndexConfig
+from stages.vector_index import new_point
 
 root, collection, doc = Path(sys.argv[1]), sys.argv[2], uuid.UUID(sys.argv[3])
 
 async def main():
     # Long idle and hold times: the session is still open, unflushed, when killed.
-    index = EdgeIndex(EdgeIndexConfig(root=root, idle_close_s=600, max_hold_s=600))
+    index = EdgeIndex(
+        EdgeIndexConfig(root=root, idle_keep_s=600, max_hold_s=600, flush_every_s=600)
+    )
     await index.ensure_collection(collection, 8)
     old = [new_point(doc, n, 1, [1.0] * 8) for n in range(400)]
     await index.replace_document(collection, doc, 1, old)

@@ -1,0 +1,284 @@
+"""The vector index on a Qdrant server (``QDRANT_URL``) through qdrant-client.
+
+``location=":memory:"`` runs qdrant-client's local mode, which has the same API and is
+what the tests use when no server is around. See :mod:`stages.vector_index` for the
+contract.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
+from typing import TypeVar
+
+import httpx
+import msgspec
+from qdrant_client import AsyncQdrantClient
+from qdrant_client import models as qm
+from qdrant_client.common.client_exceptions import QdrantException, ResourceExhaustedResponse
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+from runtime.errors import (
+    ConfigurationError,
+    MissingInput,
+    PermanentError,
+    RateLimited,
+    TransientError,
+    one_line,
+)
+from stages.vector_index import (
+    DEFAULT_BATCH,
+    DOCUMENT_FIELD,
+    GENERATION_FIELD,
+    SCROLL_PAGE,
+    Hit,
+    Point,
+    PointRef,
+    batches,
+    check_collection,
+    check_document_points,
+    check_points,
+    missing_collection,
+    point_ref,
+)
+
+R = TypeVar("R")
+
+log = logging.getLogger(__name__)
+
+
+class QdrantConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Where :class:`QdrantIndex` connects: a server ``url`` or a ``location`` (":memory:")."""
+
+    url: str | None = None
+    api_key: str | None = None
+    location: str | None = None
+    timeout_s: int = 30
+    batch_size: int = DEFAULT_BATCH
+
+    def __post_init__(self) -> None:
+        if (self.url is None) == (self.location is None):
+            raise ConfigurationError("QdrantConfig needs exactly one of url and location")
+        if self.batch_size <= 0:
+            raise ConfigurationError("QdrantConfig.batch_size must be positive")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> QdrantConfig:
+        """Read ``QDRANT_URL`` and ``QDRANT_API_KEY``."""
+        url = env.get("QDRANT_URL", "").strip()
+        if not url:
+            raise ConfigurationError("QDRANT_URL is not set")
+        return cls(url=url, api_key=env.get("QDRANT_API_KEY") or None)
+
+
+def _retry_after_s(headers: httpx.Headers) -> float | None:
+    try:
+        return float(headers.get("retry-after", ""))
+    except ValueError:
+        return None
+
+
+def _translate_qdrant(exc: Exception, what: str) -> Exception:
+    """Map a qdrant-client exception to a ragline error (the caller chains the cause)."""
+    message = one_line(f"qdrant {what}: {exc}")
+    if isinstance(exc, ResourceExhaustedResponse):  # a 429 that carried Retry-After
+        return RateLimited(message, retry_after_s=float(exc.retry_after_s))
+    if isinstance(exc, UnexpectedResponse):
+        return _translate_status(exc, what, message)
+    if isinstance(exc, ResponseHandlingException | httpx.TransportError | OSError):
+        return TransientError(message)
+    return PermanentError(message)
+
+
+def _translate_status(exc: UnexpectedResponse, what: str, message: str) -> Exception:
+    status = exc.status_code or 0
+    if status == 429:
+        return RateLimited(message, retry_after_s=_retry_after_s(exc.headers))
+    if status == 408 or status >= 500:
+        return TransientError(message, retry_after_s=_retry_after_s(exc.headers))
+    if status == 404:
+        return MissingInput(message)
+    return PermanentError(message)
+
+
+_QDRANT_ERRORS = (
+    QdrantException,
+    UnexpectedResponse,
+    ResponseHandlingException,
+    httpx.HTTPError,
+    OSError,
+    ValueError,  # local mode's way of saying 400 (e.g. wrong vector size)
+)
+
+
+def _document_filter(document_id: uuid.UUID, **generation: qm.MatchValue) -> qm.Filter:
+    must: list[qm.Condition] = [
+        qm.FieldCondition(key=DOCUMENT_FIELD, match=qm.MatchValue(value=str(document_id)))
+    ]
+    if "equal" in generation:
+        must.append(qm.FieldCondition(key=GENERATION_FIELD, match=generation["equal"]))
+    must_not: list[qm.Condition] = []
+    if "not_equal" in generation:
+        must_not.append(qm.FieldCondition(key=GENERATION_FIELD, match=generation["not_equal"]))
+    return qm.Filter(must=must, must_not=must_not or None)
+
+
+class QdrantIndex:
+    """Vector index on a Qdrant server (or qdrant-client's local mode)."""
+
+    def __init__(self, config: QdrantConfig) -> None:
+        self.config = config
+        self._client = AsyncQdrantClient(
+            location=config.location,
+            url=config.url,
+            api_key=config.api_key,
+            timeout=config.timeout_s,
+            # The version probe runs synchronously in __init__ and only warns on failure.
+            check_compatibility=False,
+        )
+        self._known: set[str] = set()
+
+    async def ensure_collection(self, name: str, dimensions: int) -> None:
+        check_collection(name)
+        try:
+            if await self._client.collection_exists(name):
+                await self._check_dimensions(name, dimensions)
+            else:
+                await self._create(name, dimensions)
+        except _QDRANT_ERRORS as exc:
+            raise _translate_qdrant(exc, f"ensure_collection {name}") from exc
+        self._known.add(name)
+
+    async def upsert(self, collection: str, points: Sequence[Point]) -> None:
+        check_points(points)
+        await self._require(collection)
+        for batch in batches(points, self.config.batch_size):
+            structs = [
+                qm.PointStruct(id=str(p.id), vector=p.vector, payload=p.payload) for p in batch
+            ]
+            await self._call(
+                f"upsert {collection}",
+                partial(self._client.upsert, collection, points=structs, wait=True),
+            )
+
+    async def replace_document(
+        self, collection: str, document_id: uuid.UUID, generation: int, points: Sequence[Point]
+    ) -> None:
+        check_document_points(points, document_id, generation)
+        if points:
+            await self.upsert(collection, points)
+        await self.delete_document(collection, document_id, keep_generation=generation)
+
+    async def delete_document(
+        self, collection: str, document_id: uuid.UUID, *, keep_generation: int | None = None
+    ) -> None:
+        if keep_generation is None:
+            query = _document_filter(document_id)
+        else:
+            query = _document_filter(document_id, not_equal=qm.MatchValue(value=keep_generation))
+        await self._delete(collection, query)
+
+    async def delete_generation(
+        self, collection: str, document_id: uuid.UUID, generation: int
+    ) -> None:
+        query = _document_filter(document_id, equal=qm.MatchValue(value=generation))
+        await self._delete(collection, query)
+
+    async def count(self, collection: str, document_id: uuid.UUID | None = None) -> int:
+        await self._require(collection)
+        query = None if document_id is None else _document_filter(document_id)
+        result = await self._call(
+            f"count {collection}",
+            lambda: self._client.count(collection, count_filter=query, exact=True),
+        )
+        return int(result.count)
+
+    async def point_ids(self, collection: str, document_id: uuid.UUID) -> list[uuid.UUID]:
+        return [ref.id for ref in await self.scan(collection, document_id)]
+
+    async def scan(self, collection: str, document_id: uuid.UUID | None = None) -> list[PointRef]:
+        await self._require(collection)
+        refs: list[PointRef] = []
+        offset: qm.ExtendedPointId | None = None
+        while True:
+            records, offset = await self._call(
+                f"scroll {collection}", partial(self._scroll, collection, document_id, offset)
+            )
+            refs.extend(point_ref(record.id, record.payload) for record in records)
+            if offset is None:
+                return refs
+
+    async def search(self, collection: str, vector: Sequence[float], limit: int) -> list[Hit]:
+        await self._require(collection)
+        query = list(vector)
+        response = await self._call(
+            f"search {collection}",
+            lambda: self._client.query_points(
+                collection, query=query, limit=limit, with_payload=True
+            ),
+        )
+        return [
+            Hit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=dict(p.payload or {}))
+            for p in response.points
+        ]
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def _call(self, what: str, request: Callable[[], Awaitable[R]]) -> R:
+        try:
+            return await request()
+        except _QDRANT_ERRORS as exc:
+            raise _translate_qdrant(exc, what) from exc
+
+    async def _scroll(
+        self, collection: str, document_id: uuid.UUID | None, offset: qm.ExtendedPointId | None
+    ) -> tuple[list[qm.Record], qm.ExtendedPointId | None]:
+        return await self._client.scroll(
+            collection,
+            scroll_filter=None if document_id is None else _document_filter(document_id),
+            limit=SCROLL_PAGE,
+            offset=offset,
+            with_payload=[DOCUMENT_FIELD, GENERATION_FIELD],
+            with_vectors=False,
+        )
+
+    async def _delete(self, collection: str, query: qm.Filter) -> None:
+        # Deleting from a collection that was never created has nothing to do.
+        what = f"delete {collection}"
+        if await self._call(what, lambda: self._client.collection_exists(collection)):
+            selector = qm.FilterSelector(filter=query)
+            await self._call(what, lambda: self._client.delete(collection, selector, wait=True))
+
+    async def _require(self, collection: str) -> None:
+        check_collection(collection)
+        if collection in self._known:
+            return
+        what = f"lookup {collection}"
+        if not await self._call(what, lambda: self._client.collection_exists(collection)):
+            raise missing_collection(collection)
+        self._known.add(collection)
+
+    async def _create(self, name: str, dimensions: int) -> None:
+        params = qm.VectorParams(size=dimensions, distance=qm.Distance.COSINE)
+        try:
+            await self._client.create_collection(name, vectors_config=params)
+        except UnexpectedResponse as exc:
+            if exc.status_code != 409:  # 409: another worker created it first
+                raise
+        if self.config.location is None:
+            # Local mode has no payload indexes and warns about them; the server builds one.
+            await self._client.create_payload_index(
+                name, DOCUMENT_FIELD, field_schema=qm.PayloadSchemaType.KEYWORD
+            )
+
+    async def _check_dimensions(self, name: str, dimensions: int) -> None:
+        info = await self._client.get_collection(name)
+        vectors = info.config.params.vectors
+        size = vectors.size if isinstance(vectors, qm.VectorParams) else None
+        if size is not None and size != dimensions:
+            raise PermanentError(
+                f"vector collection {name!r} holds {size}-dimension vectors, not {dimensions}"
+            )
