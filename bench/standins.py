@@ -53,6 +53,10 @@ class ZeroEmbedder:
     def max_batch(self) -> int:
         return self._max_batch
 
+    @property
+    def metered(self) -> bool:
+        return False  # no provider, no quota: RAGLINE_EMBED_RPM does not apply
+
     async def embed(self, texts: Sequence[str], input_type: InputType) -> list[list[float]]:
         return [hash_vector(t, self._dims) for t in texts]
 

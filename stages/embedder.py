@@ -54,6 +54,12 @@ class Embedder(Protocol):
         """The most texts one provider call takes; callers batch at this size."""
         ...
 
+    @property
+    def metered(self) -> bool:
+        """Whether calls count against a provider's quota, so ``RAGLINE_EMBED_RPM``
+        applies; a model running in this process is not metered."""
+        ...
+
     async def embed(self, texts: Sequence[str], input_type: InputType) -> list[list[float]]:
         """One L2-normalised vector per text, in the order given."""
         ...
@@ -121,6 +127,10 @@ class CohereEmbedder:
     @property
     def max_batch(self) -> int:
         return self.config.max_batch
+
+    @property
+    def metered(self) -> bool:
+        return True
 
     async def embed(self, texts: Sequence[str], input_type: InputType) -> list[list[float]]:
         vectors: list[list[float]] = []
@@ -225,6 +235,10 @@ class LocalEmbedder:
     @property
     def max_batch(self) -> int:
         return self.config.max_batch
+
+    @property
+    def metered(self) -> bool:
+        return False
 
     async def embed(self, texts: Sequence[str], input_type: InputType) -> list[list[float]]:
         # all-MiniLM-L6-v2 is symmetric: queries and documents share one encoding.

@@ -57,7 +57,7 @@ class PipelineSettings(msgspec.Struct, frozen=True, kw_only=True):
     min_image_px: int = DEFAULT_MIN_IMAGE_PX
     min_image_bytes: int = DEFAULT_MIN_IMAGE_BYTES
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
-    #: Embedding requests per minute, per process (0: unlimited).
+    #: Embedding requests per minute, per process, to a metered provider (0: unlimited).
     embed_rpm: int = DEFAULT_EMBED_RPM
 
     @classmethod
@@ -105,6 +105,9 @@ class Services:
 
     @functools.cached_property
     def limiter(self) -> AsyncLimiter | None:
+        """The embed rate limit, for an embedder behind a provider's quota only."""
+        if not self.embedder.metered:
+            return None
         return limiter_for(self.settings.embed_rpm)
 
     @property

@@ -1,0 +1,32 @@
+"""How the pipeline's services are chosen from the environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runtime.errors import ConfigurationError
+from stages.services import Services, limiter_for
+
+
+def test_rate_limit_applies_to_a_metered_embedder_only(tmp_path: Path) -> None:
+    local = Services({}, tmp_path)
+    assert not local.embedder.metered and local.limiter is None
+    cohere = Services({"COHERE_API_KEY": "k", "RAGLINE_EMBED_RPM": "120"}, tmp_path)
+    assert cohere.embedder.metered
+    limiter = cohere.limiter
+    assert limiter is not None and limiter.max_rate == 2.0 and limiter.time_period == 1.0
+
+
+def test_limiter_holds_one_seconds_worth() -> None:
+    assert limiter_for(0) is None
+    slow = limiter_for(30)
+    assert slow is not None and (slow.max_rate, slow.time_period) == (1, 2.0)
+    fast = limiter_for(6000)
+    assert fast is not None and (fast.max_rate, fast.time_period) == (100.0, 1.0)
+
+
+def test_bad_rate_is_a_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="RAGLINE_EMBED_RPM"):
+        Services({"RAGLINE_EMBED_RPM": "fast"}, tmp_path)
