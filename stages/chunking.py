@@ -97,7 +97,10 @@ def chunk_pages(pages: Iterable[tuple[int, str]], config: ChunkConfig | None = N
 def is_heading(paragraph: str) -> bool:
     """Whether a paragraph looks like a heading: one short title line without closing
     punctuation, optionally after a section number line ("2.1", "Chapter 3")."""
-    lines = [line.strip() for line in paragraph.strip().splitlines()]
+    paragraph = paragraph.strip()
+    if paragraph.count("\n") > 1:
+        return False  # three lines or more (most paragraphs): skip splitting them
+    lines = [line.strip() for line in paragraph.splitlines()]
     if len(lines) == 2 and _SECTION_NUMBER.fullmatch(lines[0]):
         lines = lines[1:]
     if len(lines) != 1:

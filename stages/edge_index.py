@@ -18,8 +18,8 @@ other worker (and the CLI's ``search``) out of the index, stalling their jobs un
 leases expire, so a process that waits for the lock says so: it holds a shared flock on
 ``<collection>.waiting`` while it blocks, which the holder probes (a non-blocking
 exclusive flock fails). A wanted session ends once it has been open ``min_hold_s``
-(0.5 s) and idle ``idle_close_s`` (50 ms; a timer thread looks), or at its next
-operation once open ``max_hold_s`` (1 s); an unwanted one lasts until idle
+(1 s) and idle ``idle_close_s`` (50 ms; a timer thread looks), or at its next
+operation once open ``max_hold_s`` (2 s); an unwanted one lasts until idle
 ``idle_keep_s`` (2 s). The minimum hold matters with several indexing processes: handing
 the lock over after every operation made each one reload the shard every time (measured:
 a third of the index stage's CPU). flock is not fair, so a process that lets go waits
@@ -106,8 +106,8 @@ class EdgeIndexConfig(msgspec.Struct, frozen=True, kw_only=True):
     root: Path
     batch_size: int = DEFAULT_BATCH
     idle_close_s: float = 0.05
-    min_hold_s: float = 0.5
-    max_hold_s: float = 1.0
+    min_hold_s: float = 1.0
+    max_hold_s: float = 2.0
     idle_keep_s: float = 2.0
     flush_every_s: float = 1.0
     yield_s: float = 0.005
