@@ -122,7 +122,9 @@ CREATE TABLE embeddings (
     model       text NOT NULL,
     sha256      text NOT NULL,
     dimensions  integer NOT NULL,
-    vector      real[] NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (model, sha256)
+    -- float32, big-endian (float4send's order), dimensions * 4 bytes.
+    vector      bytea NOT NULL,
+    PRIMARY KEY (model, sha256),
+    CONSTRAINT embeddings_vector_size CHECK (octet_length(vector) = 4 * dimensions)
 );

@@ -12,12 +12,15 @@ from typing import Any, TypeAlias
 
 import asyncpg
 import msgspec
+import numpy as np
 
 import schema
 from runtime.repository import to_struct
 from runtime.stage import DbConn
 
 Q = schema.load("pipeline")
+#: How embeddings.vector stores a vector: float32, big-endian (float4send's byte order).
+VECTOR_DTYPE = np.dtype(">f4")
 Conn: TypeAlias = DbConn
 Reader: TypeAlias = "asyncpg.Pool[Any] | DbConn"
 
@@ -158,13 +161,37 @@ async def insert_embeddings(
     dims = len(items[0][1])
     if any(len(vec) != dims for _, vec in items):
         raise ValueError("vectors of one batch must have the same dimensions")
-    flat = [x for _, vec in items for x in vec]
-    await conn.execute(Q["insert_embeddings"], model, [sha for sha, _ in items], dims, flat)
+    matrix = np.asarray([vec for _, vec in items], dtype=VECTOR_DTYPE)
+    await conn.execute(
+        Q["insert_embeddings"],
+        model,
+        [sha for sha, _ in items],
+        dims,
+        [row.tobytes() for row in matrix],
+    )
+
+
+def vector_of(data: bytes | None) -> list[float] | None:
+    """A stored vector (see :data:`VECTOR_DTYPE`) as floats."""
+    if data is None:
+        return None
+    return np.frombuffer(data, dtype=VECTOR_DTYPE).tolist()  # type: ignore[no-any-return]
 
 
 async def chunk_vectors(db: Reader, document_id: uuid.UUID, model: str) -> list[ChunkVector]:
     rows = await db.fetch(Q["chunk_vectors"], document_id, model)
-    return [to_struct(ChunkVector, r) for r in rows]
+    return [
+        ChunkVector(
+            ordinal=r["ordinal"],
+            kind=r["kind"],
+            text=r["text"],
+            page_start=r["page_start"],
+            page_end=r["page_end"],
+            generation=r["generation"],
+            vector=vector_of(r["vector"]),
+        )
+        for r in rows
+    ]
 
 
 async def documents_missing_model(db: Reader, model: str) -> list[uuid.UUID]:

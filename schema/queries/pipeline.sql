@@ -83,11 +83,10 @@ SELECT sha256 FROM embeddings WHERE model = $1 AND sha256 = ANY($2::text[]);
 
 -- name: insert_embeddings
 -- A batch of vectors into the content-addressed cache; a concurrent writer's copy wins.
--- The vectors come as one flat array, $3 numbers each, so a batch is one statement.
--- $1 model, $2 sha256s, $3 dimensions, $4 the vectors one after another
+-- $1 model, $2 sha256s, $3 dimensions, $4 the vectors (float32 big-endian bytes each)
 INSERT INTO embeddings (model, sha256, dimensions, vector)
-SELECT $1, u.sha256, $3::int, ($4::real[])[(u.i - 1) * $3::int + 1 : u.i * $3::int]
-FROM unnest($2::text[]) WITH ORDINALITY AS u (sha256, i)
+SELECT $1, u.sha256, $3, u.vector
+FROM unnest($2::text[], $4::bytea[]) AS u (sha256, vector)
 ON CONFLICT (model, sha256) DO NOTHING;
 
 -- name: chunk_vectors

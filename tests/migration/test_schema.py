@@ -132,3 +132,28 @@ def test_every_named_query_is_loadable_and_unique() -> None:
     for group in ("stage_jobs", "documents", "workers", "migrations", "status", "pipeline"):
         queries = schema.load(group)
         assert queries and all(q.strip() for q in queries.values())
+
+
+def test_0003_converts_cached_vectors_to_bytes(empty_dsn: str) -> None:
+    """Embeddings cached as real[] by 0002 come out of 0003 as the same numbers."""
+    from stages.store import vector_of
+
+    async def go() -> list[tuple[str, int, list[float] | None]]:
+        conn = await asyncpg.connect(empty_dsn)
+        try:
+            for version, _, sql in schema.migrations():
+                if version < 3:
+                    await conn.execute(sql)
+            await conn.execute(
+                """INSERT INTO embeddings (model, sha256, dimensions, vector) VALUES
+                   ('m', 'a', 3, '{1.5,-2,0.25}'), ('m', 'b', 2, '{3.0e-7,65504}')"""
+            )
+            await conn.execute(next(sql for v, _, sql in schema.migrations() if v == 3))
+            rows = await conn.fetch("SELECT sha256, dimensions, vector FROM embeddings ORDER BY 1")
+            return [(r[0], r[1], vector_of(r[2])) for r in rows]
+        finally:
+            await conn.close()
+
+    rows = asyncio.run(go())
+    assert rows[0] == ("a", 3, [1.5, -2.0, 0.25])
+    assert rows[1][:2] == ("b", 2) and rows[1][2] == pytest.approx([3.0e-7, 65504.0], rel=1e-6)
