@@ -22,6 +22,7 @@ import msgspec
 import pytest
 from click.testing import CliRunner
 
+import schema
 from runtime.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from tests.support.cli import (
     Cli,
@@ -441,15 +442,16 @@ def test_migrate_twice_and_concurrently_on_empty_databases(
         ]
         second = serial.run("migrate")
         assert first.code == second.code == EXIT_OK, first
-        assert first.out.strip() == "applied 2 migration(s)"
+        every = [v for v, _, _ in schema.migrations()]
+        assert first.out.strip() == f"applied {len(every)} migration(s)"
         assert second.out.strip() == "schema up to date"
         assert a.code == b.code == EXIT_OK, f"{a}\n{b}"
         assert sorted([a.out.strip(), b.out.strip()]) == [
-            "applied 2 migration(s)",
+            f"applied {len(every)} migration(s)",
             "schema up to date",
         ]
         versions = sql(racing.dsn, "SELECT version FROM ragline_migrations ORDER BY version")
-        assert [r[0] for r in versions] == [1, 2]
+        assert [r[0] for r in versions] == every
     finally:
         for n in names:
             databases.drop(n)
