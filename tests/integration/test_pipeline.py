@@ -12,8 +12,10 @@ on two cores, and switch OCR off unless it is the point.
 from __future__ import annotations
 
 import random
+import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pymupdf
 import pytest
@@ -21,6 +23,7 @@ import pytest
 from runtime.errors import InvalidDocument
 from runtime.models import DocumentStatus, JobState
 from stages import verify
+from stages.parse import ParseStage
 from stages.pipeline import STAGES
 from stages.vector_index import new_point
 from tests.support.corpus import corpus_pdfs
@@ -111,6 +114,35 @@ async def test_empty_and_non_pdf_files_are_refused_at_submit(dsn: str, tmp_path:
             assert "\n" not in str(caught.value)
         assert await env.docs.all_ids() == []
         assert await env.probe.assets.list("documents/") == []
+
+
+async def test_a_process_parses_one_pdf_at_a_time(
+    dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # PyMuPDF holds the GIL: a second parsing thread in the same process would only
+    # contend. Parse slots still overlap their fetches, but not their parsing.
+    running, peak = 0, 0
+    original = ParseStage._parse
+
+    def counting(self: ParseStage, *args: Any) -> Any:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        try:
+            time.sleep(0.05)  # long enough that two unserialized parses would overlap
+            return original(self, *args)
+        finally:
+            running -= 1
+
+    monkeypatch.setattr(ParseStage, "_parse", counting)
+    async with pipeline_env(dsn, tmp_path / "data") as env:
+        ids = await env.submit_all(
+            [sample("lighthouses.pdf"), sample("sourdough.pdf"), sample("rust-borrow-checker.pdf")]
+        )
+        await env.run(("parse",), concurrency={"parse": 3})
+        assert peak == 1
+        for doc_id in ids:
+            assert len(await env.stage_jobs(doc_id, "chunk")) == 1
 
 
 async def test_broken_pdfs_fail_at_parse_once_and_good_ones_finish(
