@@ -106,13 +106,14 @@ def is_heading(paragraph: str) -> bool:
     if len(lines) != 1:
         return False
     title = lines[0].lstrip("#").strip()
+    # The cheap tests first: most paragraphs are long or end in punctuation.
+    if not 0 < len(title) <= _HEADING_MAX_CHARS or title[-1] in ".,;:!":
+        return False
     number = _SECTION_NUMBER.match(title)
     words = (title[number.end() :] if number else title).split()
     return (
-        0 < len(title) <= _HEADING_MAX_CHARS
-        and 0 < len(words) <= _HEADING_MAX_WORDS
+        0 < len(words) <= _HEADING_MAX_WORDS
         and words[0][0].isupper()
-        and title[-1] not in ".,;:!"
         and any(c.isalpha() for c in title)
         and not _DOT_LEADER.search(title)
     )
