@@ -158,15 +158,13 @@ async def insert_embeddings(
 ) -> None:
     if not items:
         return
-    dims = len(items[0][1])
-    if any(len(vec) != dims for _, vec in items):
-        raise ValueError("vectors of one batch must have the same dimensions")
+    # Raises ValueError when the vectors of the batch differ in size.
     matrix = np.asarray([vec for _, vec in items], dtype=VECTOR_DTYPE)
     await conn.execute(
         Q["insert_embeddings"],
         model,
         [sha for sha, _ in items],
-        dims,
+        matrix.shape[1],
         [row.tobytes() for row in matrix],
     )
 

@@ -279,22 +279,7 @@ def test_edge_two_processes_write_concurrently_and_counts_are_exact(tmp_path: Pa
     root = tmp_path / "qdrant"
     docs = [uuid.uuid4(), uuid.uuid4()]
     shared = uuid.uuid4()
-    writers = [_spawn_writer(root, doc, shared) for doc in docs]
-    try:
-        for writer in writers:
-            assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
-        for writer in writers:
-            assert writer.stdin is not None
-            writer.stdin.write("go\n")
-            writer.stdin.flush()
-        for writer in writers:
-            out, _ = writer.communicate(timeout=90)
-            assert writer.returncode == 0 and out.strip() == "done"
-    finally:
-        for writer in writers:
-            if writer.poll() is None:
-                writer.kill()
-                writer.wait()
+    _run_together([_spawn_writer(root, doc, shared) for doc in docs])
     anyio.run(_check_counts, root, docs, shared)
 
 
