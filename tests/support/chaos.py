@@ -91,6 +91,11 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
     min_kills: int = 6
     #: PostgreSQL restarts during the chaos (needs a ``restart_db`` callable).
     pg_restarts: int = 0
+    #: Good documents are held at submit and released over the first ``release_over`` of
+    #: ``chaos_s`` (this share at once, the rest evenly), so documents flow through every
+    #: injected fault however fast the machine clears the corpus.
+    release_over: float = 0.7
+    release_at_once: float = 0.3
     seed: int = 7
 
     def fault_rates(self) -> FaultRates:
@@ -339,6 +344,16 @@ WHERE datname = current_database() AND pid <> pg_backend_pid()
 """
 #: Running jobs whose lease ran out long ago although a live worker (registered before the
 #: expiry, heard from within the last 2 s) was sweeping all along: nobody takes them back.
+#: Held documents: their parse jobs wait until the chaos releases them.
+HOLD = """
+UPDATE stage_jobs SET run_after = now() + interval '1 day'
+WHERE document_id = ANY($1::uuid[]) AND state = 'queued'
+"""
+RELEASE = """
+UPDATE stage_jobs j SET run_after = now() + make_interval(secs => r.after_s)
+FROM unnest($1::uuid[], $2::float8[]) AS r(document_id, after_s)
+WHERE j.document_id = r.document_id AND j.state = 'queued'
+"""
 ABANDONED = """
 SELECT count(*) FROM stage_jobs j
 WHERE j.state = 'running' AND j.lease_expires_at < now() - make_interval(secs => $1)
@@ -376,6 +391,7 @@ class Chaos:
         self.drain_s = 0.0
         self.abandoned_seen = 0
         self.stop_codes: dict[int, int | None] = {}
+        self.held: list[uuid.UUID] = []
 
     def services(self) -> Services:
         return Services(self.env, self.data_dir)
@@ -400,6 +416,7 @@ class Chaos:
                     continue
                 bucket[sub.document_id] = path.name
         await services.aclose()
+        self.held = list(docs.good)
         return docs
 
     # -- running -------------------------------------------------------------------------
@@ -407,6 +424,8 @@ class Chaos:
     def run(self) -> None:
         """Start the fleet, inject faults for ``chaos_s``, then drain and stop the fleet."""
         self.began = time.monotonic()
+        if self.held:
+            sql(self.dsn, HOLD, self.held)
         self.fleet.start_all()
         try:
             self._chaos()
@@ -426,6 +445,7 @@ class Chaos:
         c = self.config
         self._wait_registered(len(ROLES))
         self.began = time.monotonic()  # the chaos clock starts once the fleet is up
+        self._release()
         plan = self._plan()
         next_kill = self.rng.uniform(*c.kill_every_s)
         resume: tuple[float, Worker] | None = None
@@ -433,7 +453,13 @@ class Chaos:
         while (
             self._now() < c.chaos_s or self.kills() < c.min_kills or plan or resume or term_pending
         ):
-            if self._now() > c.chaos_s + 120 or self._all_final():
+            if self._now() > c.chaos_s + 120:
+                break
+            if self._all_final():
+                # Nothing left to hurt, but a paused worker still gets its whole pause.
+                if resume is not None:
+                    time.sleep(max(0.0, resume[0] - self._now()))
+                    self._resume(resume[1])
                 break
             self._watch_abandoned()
             self._replace_crashed()
@@ -449,7 +475,7 @@ class Chaos:
                 term_pending = term_pending or kind == "term"
                 resume = self._special(kind) or resume
             if term_pending:
-                term_pending = not self._sigterm_mid_embed()
+                term_pending = not self._sigterm_mid_embed(paused=resume[1] if resume else None)
             if self._now() >= next_kill and (self._now() < c.chaos_s or self.kills() < c.min_kills):
                 killed = self._kill(exclude=resume[1] if resume else None)
                 pause = self.rng.uniform(*c.kill_every_s) if killed else 0.5
@@ -503,6 +529,16 @@ class Chaos:
         elif kind == "stop":
             return self._sigstop()
         return None
+
+    def _release(self) -> None:
+        """Release the held documents: a share at once, the rest spread over the chaos."""
+        c = self.config
+        n = len(self.held)
+        now_n = math.ceil(n * c.release_at_once)
+        step = c.chaos_s * c.release_over / max(1, n - now_n)
+        after = [0.0 if i < now_n else (i - now_n + 1) * step for i in range(n)]
+        if n:
+            sql(self.dsn, RELEASE, self.held, after)
 
     def _all_final(self) -> bool:
         rows = try_sql(self.dsn, UNFINISHED)
@@ -573,11 +609,12 @@ class Chaos:
         )
         return {int(r[0]) for r in rows or []}
 
-    def _sigterm_mid_embed(self) -> bool:
-        """SIGTERM a worker while it runs an embed job (found in stage_jobs by its pid)."""
+    def _sigterm_mid_embed(self, paused: Worker | None) -> bool:
+        """SIGTERM a worker while it runs an embed job (found in stage_jobs by its pid);
+        never the SIGSTOPped one, which could not act on it."""
         for pid, n in self._embed_jobs().items():
             worker = self.fleet.by_pid(pid)
-            if worker is not None and worker.alive():
+            if worker is not None and worker is not paused and worker.alive():
                 worker.signalled = True
                 worker.proc.signal(signal.SIGTERM)
                 self._record("sigterm-mid-embed", role=worker.role, pid=pid, embed_jobs=n)
