@@ -145,11 +145,12 @@ class RawRun(msgspec.Struct, frozen=True):
 
 
 class Measured(msgspec.Struct, frozen=True):
-    """A finished child process: exit code, wall seconds, peak resident memory."""
+    """A finished child process: exit code, wall seconds, peak resident memory, CPU."""
 
     exit_code: int
     seconds: float
     max_rss_mb: float
+    cpu_s: float
 
 
 class StageTime(msgspec.Struct, frozen=True):
@@ -226,7 +227,9 @@ def wait_measured(proc: subprocess.Popen[bytes], started: float, timeout_s: floa
         if pid:
             proc.returncode = os.waitstatus_to_exitcode(status)
             # ru_maxrss is in KiB on Linux.
-            return Measured(proc.returncode, time.perf_counter() - started, usage.ru_maxrss / 1024)
+            wall = time.perf_counter() - started
+            cpu = usage.ru_utime + usage.ru_stime
+            return Measured(proc.returncode, wall, usage.ru_maxrss / 1024, cpu)
         if time.perf_counter() > deadline:
             proc.kill()
         time.sleep(0.02)
@@ -318,7 +321,11 @@ async def ragline_run(dsn: str, data_dir: Path, files: Sequence[Path]) -> tuple[
         run_children, [cmd] * WORKERS, data_dir / "workers.log"
     )
     rss = ", ".join(f"{m.max_rss_mb:.0f}" for m in measured)
-    print(f"worker processes: exit {[m.exit_code for m in measured]}, peak RSS MB [{rss}]")
+    cpu = ", ".join(f"{m.cpu_s:.1f}" for m in measured)
+    print(
+        f"worker processes: exit {[m.exit_code for m in measured]}, peak RSS MB [{rss}], "
+        f"CPU s (start-up included) [{cpu}]"
+    )
     async with connection(dsn) as conn:
         span_s, pages = await pipeline_summary(conn)
         times = await stage_times(conn)
@@ -344,12 +351,13 @@ async def section_end_to_end(
     span_s, pages = await ragline_run(dsn, data_dir, files)
     print(f"after ragline / before raw: {load_note()}")
     args = [str(RAW_PROCESSES), *map(str, files)]
-    raw, _ = await anyio.to_thread.run_sync(raw_pymupdf, "rate", args, data_dir / "raw-rate.log")
+    raw, proc = await anyio.to_thread.run_sync(raw_pymupdf, "rate", args, data_dir / "raw-rate.log")
     print(f"after raw: {load_note()}")
     raw_images = sum(f.images for f in raw.files)
     print(
         f"raw PyMuPDF: {raw.pages} pages, {raw_images} images extracted "
-        f"({sum(f.image_bytes for f in raw.files) / 1e6:.1f} MB) in {raw.seconds:.1f}s"
+        f"({sum(f.image_bytes for f in raw.files) / 1e6:.1f} MB) in {raw.seconds:.1f}s; "
+        f"CPU s (start-up included) {proc.cpu_s:.1f}"
     )
     ours, theirs = pages / span_s, raw.pages / raw.seconds
     widths = (22, 8, 9, 8)

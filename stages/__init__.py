@@ -1,1 +1,10 @@
 """ragline's RAG pipeline: parse, chunk, vision, embed, index, and the services they call."""
+
+import sys
+
+# PyMuPDF >= 1.27 imports its optional layout analyser at import time whenever
+# pymupdf-layout is installed (PyMuPDF 2.0 requires it): onnxruntime sessions that cost
+# ~0.3 s and ~55 MB in every worker process. ragline never calls Page.get_layout, so it
+# keeps that import out; ``import pymupdf`` treats the missing module as not installed.
+if "pymupdf" not in sys.modules:
+    sys.modules.setdefault("pymupdf.layout", None)  # type: ignore[arg-type]

@@ -344,3 +344,21 @@ def test_memory_levels_off_on_a_2000_page_pdf() -> None:
     rss = {int(k): v for k, v in json.loads(out.stdout).items()}
     assert rss[2000] - rss[1000] < 64, rss
     assert rss[2000] < 600, rss
+
+
+def test_importing_the_pipeline_keeps_pymupdfs_layout_analyser_out() -> None:
+    # PyMuPDF 2.0 would load onnxruntime layout models in every worker (see stages/__init__).
+    probe = textwrap.dedent(
+        """
+        import sys
+        import stages.pdf, pymupdf
+        doc = pymupdf.open()
+        doc.new_page().insert_text((72, 72), "still works")
+        print(sys.modules.get("pymupdf.layout") is None, pymupdf._get_layout is None,
+              "still works" in doc[0].get_text())
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["True", "True", "True"], out.stderr
