@@ -20,9 +20,10 @@ import io
 import os
 import re
 import shutil
+import tempfile
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -78,8 +79,11 @@ class AssetStore(Protocol):
         """Return the object's bytes; :class:`MissingInput` if there is none."""
         ...
 
-    async def get_file(self, key: str, path: Path) -> None:
-        """Write the object to ``path`` (streamed); :class:`MissingInput` if there is none."""
+    def local_file(self, key: str) -> AbstractAsyncContextManager[Path]:
+        """``async with store.local_file(key) as path``: a local file holding the object, to
+        read (never write) inside the block; :class:`MissingInput` if there is none. A
+        store that keeps objects as files yields the object itself, others a download."""
+        ...
 
     async def exists(self, key: str) -> bool:
         """Whether an object is stored under ``key``."""
@@ -188,14 +192,14 @@ class DirStore:
     async def get(self, key: str) -> bytes:
         return await anyio.to_thread.run_sync(self._read, key)
 
-    async def get_file(self, key: str, path: Path) -> None:
-        source = self._path(key)
-
-        def copy(dst: _Writable) -> None:
-            with _missing_as_input(key), open(source, "rb") as src:
-                shutil.copyfileobj(src, dst, 1 << 20)
-
-        await anyio.to_thread.run_sync(_atomic_write, Path(path), copy)
+    @asynccontextmanager
+    async def local_file(self, key: str) -> AsyncIterator[Path]:
+        # The stored file itself, no copy: objects are only ever replaced by a rename, so
+        # a file opened here keeps its bytes even if the key is overwritten or deleted.
+        path = self._path(key)
+        if not await anyio.to_thread.run_sync(path.is_file):
+            raise _missing(key)
+        yield path
 
     async def exists(self, key: str) -> bool:
         return await anyio.to_thread.run_sync(self._path(key).is_file)
@@ -417,9 +421,14 @@ class MinioStore:
         validate_key(key)
         return await self._call(key, self._get_bytes, key)
 
-    async def get_file(self, key: str, path: Path) -> None:
+    @asynccontextmanager
+    async def local_file(self, key: str) -> AsyncIterator[Path]:
         validate_key(key)
-        await self._call(key, self._client.fget_object, self.config.bucket, key, str(path))
+        with tempfile.TemporaryDirectory(prefix="ragline-asset-") as tmp:
+            path = Path(tmp) / "object"
+            bucket = self.config.bucket
+            await self._call(key, self._client.fget_object, bucket, key, str(path))
+            yield path
 
     async def exists(self, key: str) -> bool:
         validate_key(key)

@@ -8,7 +8,7 @@ objects).
 
 from __future__ import annotations
 
-import tempfile
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import anyio
@@ -45,9 +45,13 @@ class ParseStage:
         doc = await DocumentRepository(ctx.pool).get(job.document_id)
         if doc is None or not doc.asset_key:
             raise MissingInput(f"{job.filename}: the original is not in the asset store")
-        with tempfile.TemporaryDirectory(prefix="ragline-parse-") as tmp:
-            path = Path(tmp) / "original.pdf"
-            await self.services.assets.get_file(doc.asset_key, path)
+        async with AsyncExitStack() as stack:
+            try:
+                path = await stack.enter_async_context(
+                    self.services.assets.local_file(doc.asset_key)
+                )
+            except MissingInput as exc:
+                raise MissingInput(f"{job.filename}: the original is gone: {exc}") from exc
             # One PDF at a time in this process: PyMuPDF holds the GIL, so a second
             # parsing thread adds no speed, only contention (measured: 5% more CPU for the
             # pipeline). The other slots still fetch their originals meanwhile; more

@@ -95,17 +95,34 @@ async def test_list_and_delete_prefix_stay_within_one_document(store: AssetStore
     assert await store.delete_prefix(document_prefix(doc)) == 0
 
 
-async def test_put_file_and_get_file_stream(store: AssetStore, tmp_path: Path) -> None:
+async def test_put_file_and_read_it_as_a_local_file(store: AssetStore, tmp_path: Path) -> None:
     source = tmp_path / "user's file name.pdf"
     payload = bytes(range(256)) * 40_000  # ~10 MB: several multipart parts on S3
     source.write_bytes(payload)
     key = original_key(uuid.uuid4(), hashlib.sha256(payload).hexdigest())
     await store.put_file(key, source, "application/pdf")
-    target = tmp_path / "copy.pdf"
-    await store.get_file(key, target)
-    assert target.read_bytes() == payload
+    async with store.local_file(key) as path:
+        assert path.read_bytes() == payload
+        with path.open("rb") as held:
+            # Overwriting the key meanwhile leaves a reader's open file as it was.
+            await store.put(key, b"replaced", "application/pdf")
+            assert held.read() == payload
     with pytest.raises(MissingInput):
-        await store.get_file(original_key(uuid.uuid4(), SHA), tmp_path / "none")
+        async with store.local_file(original_key(uuid.uuid4(), SHA)):
+            pass
+
+
+async def test_dir_store_reads_in_place_and_s3_downloads_are_cleaned_up(
+    store: AssetStore,
+) -> None:
+    key = original_key(uuid.uuid4(), SHA)
+    await store.put(key, b"%PDF-1.7 x", "application/pdf")
+    async with store.local_file(key) as path:
+        pass
+    if isinstance(store, DirStore):
+        assert path == store.root / key  # no copy of the original per parse
+    else:
+        assert not path.exists()  # the download's temporary directory is gone
 
 
 @pytest.mark.parametrize("bad", ["", "/abs", "a/../b", "a//b", "a/./b", ".tmp-x", "a\\b"])

@@ -180,6 +180,19 @@ async def test_truncated_pdf_fails_at_parse_once(
         await assert_parse_failed_once(env, doc_id, "truncated.pdf")
 
 
+async def test_an_original_gone_from_the_asset_store_fails_parse_once(
+    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+) -> None:
+    async with pipeline_env(dsn, tmp_path / "data", **cohere_env(fake_cohere)) as env:
+        doc_id = (await env.submit(sample("lighthouses.pdf"))).document_id
+        key = (await env.doc(doc_id)).asset_key
+        assert key is not None
+        await env.probe.assets.delete(key)
+        await env.run()
+        await assert_parse_failed_once(env, doc_id, "lighthouses.pdf")
+        assert "not in the asset store" in ((await env.doc(doc_id)).error or "")
+
+
 # -- submitting again, reprocessing ----------------------------------------------------------
 
 
