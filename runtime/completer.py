@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 import anyio
@@ -49,8 +50,11 @@ class Completer:
         lease_s: float,
         clock: Clock | None = None,
         max_batch: int = DEFAULT_MAX_BATCH,
+        own_free: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self.repo = repo
+        #: The worker's free slots per stage at flush time (see JobRepository.settle).
+        self.own_free = own_free
         self.worker_id = worker_id
         self.lease_s = lease_s
         self.clock = clock or Clock()
@@ -98,7 +102,9 @@ class Completer:
         wanted = Counter(r.job.stage for r in batch if r.want_next)
         claim = Claim(self.worker_id, self.lease_s, wanted) if wanted else None
         try:
-            settled = await self.repo.settle([(r.job, r.next_stage) for r in batch], claim, now=now)
+            settled = await self.repo.settle(
+                [(r.job, r.next_stage) for r in batch], claim, now=now, own_free=self.own_free()
+            )
         except CONNECTION_ERRORS as exc:
             for request in batch:
                 request.error = exc

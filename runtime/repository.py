@@ -111,16 +111,20 @@ class JobRepository:
         claim: Claim | None = None,
         write: Writer | None = None,
         now: datetime | None = None,
+        *,
+        own_free: Mapping[str, int] | None = None,
     ) -> Settled:
         """Complete held ``jobs`` (each with its next stage) and lease new ones, in one
         statement and one commit.
 
         ``write`` (one job only) runs in the same transaction once the job is known to hold
-        its lease; if it raises, nothing of this call is committed.
+        its lease; if it raises, nothing of this call is committed. ``own_free``: the
+        caller's free slots per stage it runs; it claims that many of the next stages' new
+        jobs itself, so only jobs beyond them NOTIFY other workers.
         """
         if write is not None and len(jobs) != 1:
             raise ValueError("a writer completes exactly one job")
-        args = self._settle_args(jobs, claim, now)
+        args = self._settle_args(jobs, claim, now, own_free or {})
         if write is None:
             rows = await self.pool.fetch(*args)
             settled = self._settled(rows)
@@ -142,7 +146,10 @@ class JobRepository:
 
     @staticmethod
     def _settle_args(
-        jobs: Sequence[tuple[Job, str | None]], claim: Claim | None, now: datetime | None
+        jobs: Sequence[tuple[Job, str | None]],
+        claim: Claim | None,
+        now: datetime | None,
+        own_free: Mapping[str, int],
     ) -> tuple[Any, ...]:
         limits = claim.limits if claim else {}
         return (
@@ -155,6 +162,8 @@ class JobRepository:
             claim.lease_s if claim else 0.0,
             list(limits),
             list(limits.values()),
+            list(own_free),
+            list(own_free.values()),
         )
 
     @staticmethod
@@ -258,8 +267,16 @@ class JobRepository:
         rows = await self.pool.fetch(Q["retry_failed"], stage, kind, ids)
         return [(r["document_id"], r["stage"]) for r in rows]
 
-    async def register_worker(self, worker_id: str, stages: Sequence[str]) -> None:
-        await self.pool.execute(W["upsert_worker"], worker_id, list(stages))
+    async def register_worker(
+        self, worker_id: str, stages: Sequence[str], peers_within_s: float = 120.0
+    ) -> set[str]:
+        """Register (or refresh) a worker; returns the stages that other workers seen in
+        the last ``peers_within_s`` serve."""
+        rows = await self.pool.fetch(W["upsert_worker"], worker_id, list(stages), peers_within_s)
+        return {r["stage"] for r in rows}
+
+    async def announce_worker(self, channel: str, payload: str) -> None:
+        await self.pool.execute(W["announce_worker"], channel, payload)
 
     async def unregister_worker(self, worker_id: str) -> None:
         await self.pool.execute(W["delete_worker"], worker_id)

@@ -46,6 +46,14 @@ from runtime.status import overview
 log = logging.getLogger(__name__)
 
 CHANNEL = "ragline_jobs"
+#: Payload on CHANNEL when a worker starts: the others re-learn who serves which stage.
+JOINED = "+worker"
+#: Workers heard from within this long count as serving their stages (conservative: a
+#: dead one only costs NOTIFYs nobody needed).
+PEERS_SEEN_WITHIN_S = 120.0
+#: Free slots reported for a stage no other worker serves: this worker takes every new
+#: job of it, so a completion never NOTIFYs for it.
+ALL_OURS = 2**31 - 1
 DEFAULT_LEASE_S = 60.0
 DEFAULT_POLL_S = 2.0
 DEFAULT_GRACE_S = 10.0
@@ -196,6 +204,8 @@ class Worker:
         self._drained = anyio.Event()
         self._repo: JobRepository | None = None
         self._completer: Completer | None = None
+        #: Stages other live workers serve; None (unknown) counts as all of them.
+        self._peer_stages: set[str] | None = None
         self.log = logging.LoggerAdapter(log, {"worker": self.id})
 
     @property
@@ -218,7 +228,9 @@ class Worker:
         """Work until stopped (signal, :meth:`stop`, or idle with ``exit_when_idle``)."""
         async with self._pool() as pool, self.pipeline.running():
             self._repo = JobRepository(pool)
-            self._completer = Completer(self._repo, self.id, self.config.lease_s, self.clock)
+            self._completer = Completer(
+                self._repo, self.id, self.config.lease_s, self.clock, own_free=self._free_slots
+            )
             await self._register()
             self.log.info("worker started: stages %s", ",".join(self.config.stages))
             try:
@@ -256,11 +268,15 @@ class Worker:
         reconnect = Reconnect()
         while not self._stopping.is_set():
             try:
-                await self.repo.register_worker(self.id, self.config.stages)
+                self._peer_stages = await self._register_once()
+                await self.repo.announce_worker(CHANNEL, JOINED)
                 return
             except CONNECTION_ERRORS as exc:
                 await self._db_error("register", exc)
                 await anyio.sleep(reconnect.next_s())
+
+    async def _register_once(self) -> set[str]:
+        return await self.repo.register_worker(self.id, self.config.stages, PEERS_SEEN_WITHIN_S)
 
     def _start_side_tasks(self, side: anyio.abc.TaskGroup) -> None:
         rescuer = Rescuer(
@@ -466,7 +482,11 @@ class Worker:
 
                 claim = Claim(self.id, self.config.lease_s, {stage.name: 1}) if want_next else None
                 settled = await self.repo.settle(
-                    [(job, nxt)], claim, None if output is None else write, self.clock.db_now()
+                    [(job, nxt)],
+                    claim,
+                    None if output is None else write,
+                    self.clock.db_now(),
+                    own_free=self._free_slots(),
                 )
                 held = job.id in settled.held
                 following = settled.claimed[0] if settled.claimed else None
@@ -539,7 +559,7 @@ class Worker:
         """Renew every held lease in one statement; cancel the jobs whose lease is gone."""
         flights = [f for f in self.inflight.values() if not f.lost]
         try:
-            await self.repo.register_worker(self.id, self.config.stages)
+            self._peer_stages = await self._register_once()
             if not flights:
                 return
             asked_at = time.monotonic()
@@ -596,6 +616,23 @@ class Worker:
             with anyio.CancelScope(shield=True), contextlib.suppress(*CONNECTION_ERRORS):
                 await conn.close(timeout=2)
 
+    def _free_slots(self) -> dict[str, int]:
+        """How many new jobs per stage this worker takes itself when a completion enqueues
+        them (:meth:`_wake_next`), so they need no NOTIFY: its free slots, or all of them
+        for a stage no other worker serves (its busy slots get to them, and nobody else
+        could); none while stopping, when it claims nothing."""
+        if self._stopping.is_set():
+            return {}
+        peers = self._peer_stages
+        limits = self.config.concurrency
+        free: dict[str, int] = {}
+        for stage in self.config.stages:
+            if peers is not None and stage not in peers:
+                free[stage] = ALL_OURS
+            elif (n := limits[stage] - self.running[stage]) > 0:
+                free[stage] = n
+        return free
+
     def _wake_next(self, stage: str) -> None:
         """The next stage's job is committed: wake our own loop for it without waiting for
         a NOTIFY (which the database may skip when that queue was not empty)."""
@@ -605,6 +642,9 @@ class Worker:
             event.set()
 
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        if payload == JOINED:
+            self._peer_stages = None  # NOTIFY for every stage until the next heartbeat
+            return
         event = self._wake.get(str(payload))
         if event is not None:
             event.set()

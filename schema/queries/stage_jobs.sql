@@ -16,7 +16,9 @@
 -- snapshot, so it never claims them (the worker wakes that stage's loop itself).
 -- Rows: ('completed', id) per completed job, ('claimed', job...) per leased job.
 -- $1 job ids, $2 their lease tokens, $3 their next stages (NULL: the last stage), $4 now,
--- $5 worker id, $6 lease seconds, $7 stages to claim for, $8 how many for each
+-- $5 worker id, $6 lease seconds, $7 stages to claim for, $8 how many for each,
+-- $9 stages the caller runs itself, $10 its free slots for each (it wakes its own loop
+-- for that many new jobs of the stage, so only jobs beyond them need a NOTIFY)
 WITH input AS (
     SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS i (id, token, next_stage)
 ), held AS (
@@ -44,10 +46,14 @@ WITH input AS (
     -- soon as a slot frees, so only idle ones need waking. This matters: a transaction
     -- that NOTIFYs takes a global lock until its commit is flushed, which serializes the
     -- commits of every completing job (measured: half the throughput at 16 slots). An
-    -- idle worker that misses a wake-up still polls. One probe of stage_jobs_claim per
-    -- stage: as NOT EXISTS the planner may make it an anti join over the whole table.
-    SELECT s.stage FROM (SELECT DISTINCT stage FROM next_job) AS s
-    WHERE (
+    -- idle worker that misses a wake-up still polls. Nor are stages woken whose new jobs
+    -- the caller's own free slots will take: it wakes itself, without the lock (measured:
+    -- +15-25% hops/s at 1 and 4 slots). One probe of stage_jobs_claim per stage: as NOT
+    -- EXISTS the planner may make it an anti join over the whole table.
+    SELECT s.stage
+    FROM (SELECT stage, count(*) AS n FROM next_job GROUP BY stage) AS s
+    LEFT JOIN unnest($9::text[], $10::int[]) AS f (stage, free) ON f.stage = s.stage
+    WHERE s.n > coalesce(f.free, 0) AND (
         SELECT q.id FROM stage_jobs AS q
         WHERE q.state = 'queued' AND q.stage = s.stage AND q.run_after <= coalesce($4, now())
         ORDER BY q.priority DESC, q.run_after, q.id

@@ -1,10 +1,21 @@
 -- Named queries on workers (who is alive and serving which stages).
 
 -- name: upsert_worker
--- Register a worker process or record that it is still alive.
--- $1 worker id, $2 stages
-INSERT INTO workers (id, stages) VALUES ($1, $2)
-ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), stages = excluded.stages;
+-- Register a worker process or record that it is still alive; returns the stages the
+-- other workers seen in the last $3 seconds serve (a completion need not NOTIFY for a
+-- stage only its own worker runs: see complete_and_claim).
+-- $1 worker id, $2 stages, $3 seconds
+WITH me AS (
+    INSERT INTO workers (id, stages) VALUES ($1, $2)
+    ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), stages = excluded.stages
+)
+SELECT DISTINCT unnest(stages) AS stage FROM workers
+WHERE id <> $1 AND last_seen_at >= now() - make_interval(secs => $3);
+
+-- name: announce_worker
+-- A worker joined: the others count it among who serves a stage from now on.
+-- $1 channel, $2 payload
+SELECT pg_notify($1, $2);
 
 -- name: delete_worker
 -- A worker process leaves.

@@ -29,9 +29,9 @@ from tests.support.pipeline_env import (
     long_pdf,
     pipeline_env,
     sample,
-    wait_until,
 )
 from tests.support.procs import WorkerProcess, workers
+from tests.support.waits import wait_until
 
 # Fixtures, used by name.
 __all__ = ["anyio_backend", "fake_cohere"]

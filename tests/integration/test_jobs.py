@@ -16,6 +16,7 @@ from runtime.models import DocumentStatus, Failure, Job, JobState, NewDocument
 from runtime.repository import Claim, JobRepository
 from runtime.stage import DbConn
 from tests.support.backends import anyio_backend
+from tests.support.notify import Heard, listening
 
 pytestmark = pytest.mark.anyio
 __all__ = ["anyio_backend"]  # uvloop and asyncio for the engine
@@ -170,6 +171,41 @@ async def test_settle_completes_and_claims_in_one_commit(
     assert chunk.held == {following.id}
     assert [c.document_id for c in chunk.claimed] == [job.document_id]
     assert await repo.count_live(["chunk"]) == 2
+
+
+@pytest.fixture
+async def heard(dsn: str) -> AsyncIterator[Heard]:
+    async with listening(dsn) as heard:
+        yield heard
+
+
+async def test_completion_notifies_only_for_jobs_beyond_the_callers_own_slots(
+    docs: DocumentRepository, repo: JobRepository, heard: Heard
+) -> None:
+    for _ in range(4):
+        await submit(docs)
+    jobs = await repo.claim("parse", "test:1:w", 4, LEASE_S)
+    a, b, c, d = jobs
+    # No idle worker but the caller's one free chunk slot needs waking: silence.
+    assert await heard.after(repo.settle([(a, "chunk")], own_free={"chunk": 1})) == []
+    # The chunk queue is not empty now: whoever is busy will come back for it. Silence.
+    assert await heard.after(repo.settle([(b, "chunk")], own_free={})) == []
+    await repo.claim("chunk", "test:1:w", 5, LEASE_S)  # empty the chunk queue
+    # Two new jobs, one free slot of the caller's: the other one wakes someone else.
+    assert await heard.after(repo.settle([(c, "chunk"), (d, "chunk")], own_free={"chunk": 1})) == [
+        "chunk"
+    ]
+
+
+async def test_register_worker_reports_the_stages_other_live_workers_serve(
+    repo: JobRepository, heard: Heard
+) -> None:
+    assert await repo.register_worker("test:1:a", ["parse", "chunk"]) == set()
+    assert await repo.register_worker("test:2:b", ["chunk", "embed"]) == {"parse", "chunk"}
+    assert await repo.register_worker("test:1:a", ["parse"]) == {"chunk", "embed"}
+    # Not heard from within the window: not counted.
+    assert await repo.register_worker("test:2:b", ["embed"], peers_within_s=0.0) == set()
+    assert await heard.after(repo.announce_worker("ragline_jobs", "+worker")) == ["+worker"]
 
 
 async def test_settle_with_failing_writer_claims_nothing(

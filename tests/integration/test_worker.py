@@ -17,7 +17,9 @@ from runtime.repository import JobRepository
 from runtime.stage import DbConn, JobContext, Pipeline
 from runtime.worker import Context, Worker, WorkerConfig
 from tests.support.backends import anyio_backend
+from tests.support.notify import listening
 from tests.support.pipelines import STAGES, ScriptedStage
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.anyio
 __all__ = ["anyio_backend"]  # uvloop and asyncio for the engine
@@ -262,3 +264,48 @@ async def test_config_validation() -> None:
         WorkerConfig(stages=("parse",), concurrency={"parse": 0})
     with pytest.raises(ConfigurationError):
         WorkerConfig(stages=("parse",), concurrency={"parse": 1}, lease_s=5, heartbeat_s=5)
+
+
+async def test_a_lone_worker_wakes_itself_without_notify(dsn: str, pool: asyncpg.Pool[Any]) -> None:
+    # NOTIFY wakes other processes; with none serving a stage it only costs a lock that
+    # serializes commits. The worker still announces itself.
+    ids = await submit_many(pool, 20)
+    async with listening(dsn) as heard:
+        pipeline = Pipeline(stages=[ScriptedStage(s, noop=True) for s in STAGES])
+        await run(pipeline, dsn, config(concurrency=dict.fromkeys(STAGES, 1)))
+        await anyio.sleep(0.1)
+    docs = await DocumentRepository(pool).get_many(ids)
+    assert {d.status for d in docs} == {DocumentStatus.READY}
+    assert heard.payloads == ["+worker"]
+
+
+async def test_a_worker_notifies_the_stages_another_worker_serves(
+    dsn: str, pool: asyncpg.Pool[Any]
+) -> None:
+    # The parse worker does not run chunk, so each chunk job it enqueues into an empty
+    # queue wakes the other worker; that one polls only every 30 s, so only NOTIFY can
+    # finish this in time. Its own later stages it wakes for itself.
+    ids = await submit_many(pool, 10)
+    parse = Worker(
+        Pipeline(stages=[ScriptedStage("parse", sleep_s=0.05, noop=True)]),
+        dsn,
+        config(stages=("parse",), concurrency={"parse": 1}),
+    )
+    rest = STAGES[1:]
+    others = Worker(
+        Pipeline(stages=[ScriptedStage(s, noop=True) for s in rest]),
+        dsn,
+        config(stages=rest, concurrency=dict.fromkeys(rest, 2), poll_s=30.0, exit_when_idle=False),
+    )
+    docs = DocumentRepository(pool)
+
+    async def all_ready() -> bool:
+        return {d.status for d in await docs.get_many(ids)} == {DocumentStatus.READY}
+
+    with anyio.fail_after(25):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(others.run)
+            await anyio.sleep(0.5)  # registered and listening before parse begins
+            tg.start_soon(parse.run)
+            await wait_until(all_ready, timeout_s=20, what="all documents ready")
+            others.stop()

@@ -111,13 +111,14 @@ def test_hot_statement_is_index_lookups_as_a_generic_plan(dsn: str) -> None:
             await conn.execute("ANALYZE documents, stage_jobs")
             sql = schema.load("stage_jobs")["complete_and_claim"]
             await conn.execute(
-                "PREPARE hot (bigint[], uuid[], text[], timestamptz, text, float8, text[], int[])"
-                " AS " + sql
+                "PREPARE hot (bigint[], uuid[], text[], timestamptz, text, float8, text[], int[],"
+                " text[], int[]) AS " + sql
             )
             await conn.execute("SET plan_cache_mode = force_generic_plan")
             plan = await conn.fetch(
                 """EXPLAIN EXECUTE hot (ARRAY[1]::bigint[], ARRAY[gen_random_uuid()],
-                   ARRAY['chunk'], NULL, 'w', 30.0, ARRAY['parse'], ARRAY[4])"""
+                   ARRAY['chunk'], NULL, 'w', 30.0, ARRAY['parse'], ARRAY[4],
+                   ARRAY['parse'], ARRAY[1])"""
             )
             return "\n".join(r[0] for r in plan)
         finally:

@@ -24,7 +24,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -277,15 +277,3 @@ async def pipeline_env(dsn: str, data_dir: Path, **env: str) -> AsyncIterator[Pi
             yield penv
         finally:
             await penv.probe.aclose()
-
-
-async def wait_until(
-    check: Callable[[], Awaitable[Any]], *, timeout_s: float = 30, what: str = "condition"
-) -> None:
-    """Poll the async ``check`` (a cheap database read) until it returns something true."""
-    with anyio.move_on_after(timeout_s):
-        while True:
-            if await check():
-                return
-            await anyio.sleep(0.02)
-    raise TimeoutError(f"timed out waiting for {what}")
