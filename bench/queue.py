@@ -467,7 +467,7 @@ async def explain_claim(conn: Conn) -> str:
     tx = conn.transaction()
     await tx.start()
     try:
-        rows = await conn.fetch(explain, [], [], [], None, "bench", 60.0, [LAST], [1])
+        rows = await conn.fetch(explain, [], [], [], None, "bench", 60.0, [LAST], [1], [], [])
     finally:
         await tx.rollback()
     return "\n".join(r[0].strip(" ->") for r in rows if "Scan" in r[0] or "Cond" in r[0])
