@@ -198,7 +198,10 @@ def _report(chaos: Chaos, docs: Docs, found: Findings, wall_s: float) -> int:
         ),
         ("worker processes started", len(chaos.fleet.every)),
         ("workers crashed on their own", len(chaos.crashes())),
-        ("chaos, then time to drain", f"{chaos.config.chaos_s:.0f}s, {chaos.drain_s:.1f}s"),
+        (
+            "chaos (of --chaos-s), then time to drain",
+            f"{chaos.chaos_s:.1f}s (of {chaos.config.chaos_s:.0f}s), {chaos.drain_s:.1f}s",
+        ),
         ("wall time (fleet up to drained)", f"{wall_s:.1f}s"),
         ("faults injected", ", ".join(f"{k} {v}" for k, v in sorted(found.faults.items()))),
         ("embed 200s / batches needed", f"{found.embed_ok} / {found.embed_needed}"),

@@ -389,6 +389,8 @@ class Chaos:
         self.events: list[Event] = []
         self.began = time.monotonic()
         self.drain_s = 0.0
+        #: How long the chaos really lasted (it ends early once every document is final).
+        self.chaos_s = 0.0
         self.abandoned_seen = 0
         self.stop_codes: dict[int, int | None] = {}
         self.held: list[uuid.UUID] = []
@@ -429,6 +431,7 @@ class Chaos:
         self.fleet.start_all()
         try:
             self._chaos()
+            self.chaos_s = self._now()
             self._drain()
         finally:
             self.stop_codes = self.fleet.stop_all()
