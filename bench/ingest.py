@@ -351,13 +351,15 @@ async def section_end_to_end(
     span_s, pages = await ragline_run(dsn, data_dir, files)
     print(f"after ragline / before raw: {load_note()}")
     args = [str(RAW_PROCESSES), *map(str, files)]
-    raw, proc = await anyio.to_thread.run_sync(raw_pymupdf, "rate", args, data_dir / "raw-rate.log")
+    raw, measured = await anyio.to_thread.run_sync(
+        raw_pymupdf, "rate", args, data_dir / "raw-rate.log"
+    )
     print(f"after raw: {load_note()}")
     raw_images = sum(f.images for f in raw.files)
     print(
         f"raw PyMuPDF: {raw.pages} pages, {raw_images} images extracted "
         f"({sum(f.image_bytes for f in raw.files) / 1e6:.1f} MB) in {raw.seconds:.1f}s; "
-        f"CPU s (start-up included) {proc.cpu_s:.1f}"
+        f"CPU s (start-up included) {measured.cpu_s:.1f}"
     )
     ours, theirs = pages / span_s, raw.pages / raw.seconds
     widths = (22, 8, 9, 8)

@@ -36,6 +36,11 @@ def to_struct(kind: type[S], record: asyncpg.Record, skip: frozenset[str] = froz
 _SETTLE_ONLY = frozenset({"kind", "notified"})
 
 
+#: Workers heard from within this long count as serving their stages (conservative: a
+#: dead one only costs NOTIFYs nobody needed).
+PEERS_SEEN_WITHIN_S = 120.0
+
+
 class Claim(msgspec.Struct, frozen=True):
     """Jobs to lease in a :meth:`JobRepository.settle`: how many per stage, for whom."""
 
@@ -268,7 +273,7 @@ class JobRepository:
         return [(r["document_id"], r["stage"]) for r in rows]
 
     async def register_worker(
-        self, worker_id: str, stages: Sequence[str], peers_within_s: float = 120.0
+        self, worker_id: str, stages: Sequence[str], peers_within_s: float = PEERS_SEEN_WITHIN_S
     ) -> set[str]:
         """Register (or refresh) a worker; returns the stages that other workers seen in
         the last ``peers_within_s`` serve."""

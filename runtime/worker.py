@@ -48,9 +48,6 @@ log = logging.getLogger(__name__)
 CHANNEL = "ragline_jobs"
 #: Payload on CHANNEL when a worker starts: the others re-learn who serves which stage.
 JOINED = "+worker"
-#: Workers heard from within this long count as serving their stages (conservative: a
-#: dead one only costs NOTIFYs nobody needed).
-PEERS_SEEN_WITHIN_S = 120.0
 #: Free slots reported for a stage no other worker serves: this worker takes every new
 #: job of it, so a completion never NOTIFYs for it.
 ALL_OURS = 2**31 - 1
@@ -268,15 +265,12 @@ class Worker:
         reconnect = Reconnect()
         while not self._stopping.is_set():
             try:
-                self._peer_stages = await self._register_once()
+                self._peer_stages = await self.repo.register_worker(self.id, self.config.stages)
                 await self.repo.announce_worker(CHANNEL, JOINED)
                 return
             except CONNECTION_ERRORS as exc:
                 await self._db_error("register", exc)
                 await anyio.sleep(reconnect.next_s())
-
-    async def _register_once(self) -> set[str]:
-        return await self.repo.register_worker(self.id, self.config.stages, PEERS_SEEN_WITHIN_S)
 
     def _start_side_tasks(self, side: anyio.abc.TaskGroup) -> None:
         rescuer = Rescuer(
@@ -559,7 +553,7 @@ class Worker:
         """Renew every held lease in one statement; cancel the jobs whose lease is gone."""
         flights = [f for f in self.inflight.values() if not f.lost]
         try:
-            self._peer_stages = await self._register_once()
+            self._peer_stages = await self.repo.register_worker(self.id, self.config.stages)
             if not flights:
                 return
             asked_at = time.monotonic()

@@ -186,8 +186,9 @@ def check_points(points: Sequence[Point]) -> None:
 
 def check_document_points(points: Sequence[Point], document_id: uuid.UUID, generation: int) -> None:
     check_points(points)
+    document = str(document_id)
     for point in points:
-        if point.payload[DOCUMENT_FIELD] != str(document_id):
+        if point.payload[DOCUMENT_FIELD] != document:
             raise ValueError(f"point {point.id} belongs to another document, not {document_id}")
         if point.payload[GENERATION_FIELD] != generation:
             # It would be deleted right after being written, as a stale generation's point.

@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import asyncpg
 
-CHANNEL = "ragline_jobs"
+from runtime.worker import CHANNEL
 
 
 class Heard:
