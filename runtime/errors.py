@@ -50,6 +50,12 @@ class RateLimited(TransientError):
     kind = "rate_limited"
 
 
+class ProviderUnavailable(TransientError):
+    """The provider's circuit is open: the call was not made."""
+
+    kind = "provider_unavailable"
+
+
 class InvalidDocument(PermanentError):
     """The document cannot be read."""
 

@@ -8,9 +8,10 @@ the pool. Every ``now`` parameter pins the database clock for tests (``None``: s
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeAlias, TypeVar
 
 import asyncpg
@@ -64,6 +65,40 @@ class Rescued(msgspec.Struct, frozen=True, kw_only=True):
     stage: str
     state: JobState
     last_error: str | None
+    generation: int = 1
+    attempts: int = 0
+    max_attempts: int = 0
+    created_at: datetime | None = None
+
+    def as_job(self, filename: str = "") -> Job:
+        """The job as a stage's ``on_failed`` takes it (no lease: the sweep ended it)."""
+        when = self.created_at or datetime.now(UTC)
+        return Job(
+            id=self.id,
+            document_id=self.document_id,
+            stage=self.stage,
+            generation=self.generation,
+            attempts=self.attempts,
+            max_attempts=self.max_attempts,
+            lease_token=uuid.UUID(int=0),
+            lease_expires_at=when,
+            created_at=when,
+            filename=filename,
+        )
+
+
+class Deferral(msgspec.Struct, frozen=True, kw_only=True):
+    """How :meth:`JobRepository.defer` hands a job back after a transient failure."""
+
+    #: Least delay (a server's Retry-After).
+    floor_s: float = 0.0
+    #: First backoff delay; 0 retries as soon as claims allow (an open circuit holds them).
+    base_s: float = 2.0
+    cap_s: float = 300.0
+    #: Retry budget: failing for longer than this fails the job.
+    retry_for_s: float = 86400.0
+    #: The attempt checkpointed progress: the failures' clock starts over.
+    progressed: bool = False
 
 
 class Worker(msgspec.Struct, frozen=True, kw_only=True):
@@ -211,6 +246,27 @@ class JobRepository:
         )
         return bool(row and row["released"])
 
+    async def defer(
+        self, job: Job, message: str, kind: str, how: Deferral, now: datetime | None = None
+    ) -> JobState | None:
+        """Hand a job back after a transient failure without counting the attempt, or
+        fail it once its failures outlast the retry budget; None if the lease is lost."""
+        row = await self.pool.fetchrow(
+            Q["defer_job"],
+            job.id,
+            job.lease_token,
+            message,
+            kind,
+            how.floor_s,
+            how.base_s,
+            how.cap_s,
+            how.retry_for_s,
+            random.random(),
+            how.progressed,
+            now,
+        )
+        return JobState(row["state"]) if row else None
+
     async def rescue_expired(self, limit: int = 500, now: datetime | None = None) -> list[Rescued]:
         rows = await self.pool.fetch(Q["rescue_expired"], now, limit)
         return [
@@ -220,6 +276,10 @@ class JobRepository:
                 stage=r["stage"],
                 state=JobState(r["state"]),
                 last_error=r["last_error"],
+                generation=r["generation"],
+                attempts=r["attempts"],
+                max_attempts=r["max_attempts"],
+                created_at=r["created_at"],
             )
             for r in rows
         ]

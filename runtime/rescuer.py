@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Awaitable, Callable
 
 import anyio
 import msgspec
@@ -38,10 +39,19 @@ class RescuerConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Rescuer:
-    def __init__(self, repo: JobRepository, config: RescuerConfig, clock: Clock | None = None):
+    def __init__(
+        self,
+        repo: JobRepository,
+        config: RescuerConfig,
+        clock: Clock | None = None,
+        on_failed: Callable[[Rescued], Awaitable[None]] | None = None,
+    ):
         self.repo = repo
         self.config = config
         self.clock = clock or Clock()
+        #: Called for each job the sweep failed (attempts exhausted on lost leases), so
+        #: the stage undoes its side effects as it does for any failed job.
+        self.on_failed = on_failed
 
     async def run_once(self) -> list[Rescued]:
         """Sweep until no expired lease is left; returns what was rescued."""
@@ -61,6 +71,8 @@ class Rescuer:
                     job.last_error,
                     job.state,
                 )
+                if job.state is JobState.FAILED and self.on_failed is not None:
+                    await self.on_failed(job)
             if len(batch) < self.config.batch:
                 return rescued
 

@@ -40,7 +40,18 @@ class JobContext(Protocol):
 
         For intermediate checkpoints (an embedded batch, a described image) so a retry
         skips finished work. Raises :class:`runtime.errors.LeaseLost` and writes nothing
-        when the lease is gone.
+        when the lease is gone. An attempt that checkpointed does not count as a failed
+        attempt if it then fails.
+        """
+        ...
+
+    def calling(
+        self, provider: str, *, tokens: int = 0
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """Wrap one call to ``provider`` (a name from the stage's ``providers``): waits
+        for the fleet's budget (``tokens``: the call's estimated tokens) and the
+        provider's circuit, and records the call's outcome on the circuit. Raises
+        :class:`runtime.errors.ProviderUnavailable` while the circuit is open.
         """
         ...
 
@@ -66,8 +77,16 @@ class Stage(Protocol):
         ...
 
     async def on_failed(self, job: Job) -> None:
-        """Undo side effects outside PostgreSQL after the job failed permanently."""
+        """Undo side effects outside PostgreSQL after the job failed permanently (also
+        when the sweep failed it after lost leases)."""
         ...
+
+
+#: A stage may also declare ``providers``: a sequence of
+#: :class:`runtime.providers.ProviderSpec` its jobs call. The engine then holds the
+#: stage's claims while one of their circuits is open and meters calls made through
+#: :meth:`JobContext.calling` against the fleet's budget. It is optional, so it is not
+#: part of the Protocol.
 
 
 class Pipeline(msgspec.Struct, frozen=True, kw_only=True):

@@ -32,13 +32,15 @@ from runtime.dberrors import CONNECTION_ERRORS
 from runtime.errors import (
     ConfigurationError,
     LeaseLost,
+    ProviderUnavailable,
     RateLimited,
     StageError,
     TransientError,
     one_line,
 )
 from runtime.models import Failure, Job, JobState
-from runtime.repository import Claim, JobRepository, Pool
+from runtime.providers import CircuitConfig, Providers, by_stage
+from runtime.repository import Claim, Deferral, JobRepository, Pool, Rescued
 from runtime.rescuer import Rescuer, RescuerConfig
 from runtime.stage import DbConn, Pipeline, Stage, Writer
 from runtime.status import overview
@@ -48,12 +50,16 @@ log = logging.getLogger(__name__)
 CHANNEL = "ragline_jobs"
 #: Payload on CHANNEL when a worker starts: the others re-learn who serves which stage.
 JOINED = "+worker"
+#: Payload prefix on CHANNEL when a provider's circuit changes (runtime/providers.py).
+PROVIDER_PREFIX = "provider:"
 #: Free slots reported for a stage no other worker serves: this worker takes every new
 #: job of it, so a completion never NOTIFYs for it.
 ALL_OURS = 2**31 - 1
 DEFAULT_LEASE_S = 60.0
 DEFAULT_POLL_S = 2.0
 DEFAULT_GRACE_S = 10.0
+#: Transient failures retry for this long (from the first of a run), not a count.
+DEFAULT_RETRY_FOR_S = 24 * 3600.0
 
 
 def new_worker_id() -> str:
@@ -71,6 +77,8 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
     grace_s: float = DEFAULT_GRACE_S
     retry_base_s: float = 2.0
     retry_cap_s: float = 300.0
+    retry_for_s: float = DEFAULT_RETRY_FOR_S
+    circuit: CircuitConfig = msgspec.field(default_factory=CircuitConfig)
     rescue_every_s: float = 5.0
     exit_when_idle: bool = False
     handle_signals: bool = False
@@ -86,6 +94,8 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
                 raise ConfigurationError(f"concurrency of stage {stage!r} must be >= 1")
         if self.lease_s <= 0 or self.poll_s <= 0 or self.grace_s < 0:
             raise ConfigurationError("lease_s and poll_s must be > 0, grace_s >= 0")
+        if self.retry_for_s < 0:
+            raise ConfigurationError("retry_for_s must be >= 0")
         if self.heartbeat_s and self.heartbeat_s >= self.lease_s:
             raise ConfigurationError("heartbeat_s must be shorter than lease_s")
 
@@ -94,9 +104,8 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
         return self.heartbeat_s or self.lease_s / 3
 
 
-#: Failures that are not the document's: a provider's rate limit, our database going away.
-#: The job is handed back with a delay and its attempt is not counted.
-NOT_COUNTED = frozenset({RateLimited.kind, "database"})
+#: The kind of an unclassified exception (a bug, a library error): counted in attempts.
+UNCLASSIFIED = "error"
 
 
 class Success(msgspec.Struct, frozen=True):
@@ -126,6 +135,8 @@ class InFlight:
         self.lost = False
         #: process() returned; the outcome is being written (its lease is still renewed).
         self.settling = False
+        #: The attempt checkpointed something: a failure now does not count as an attempt.
+        self.progressed = False
 
     def lose(self) -> None:
         self.lost = True
@@ -135,9 +146,17 @@ class InFlight:
 class Context:
     """The :class:`runtime.stage.JobContext` a stage's ``process`` gets."""
 
-    def __init__(self, job: Job, repo: JobRepository) -> None:
+    def __init__(
+        self,
+        job: Job,
+        repo: JobRepository,
+        providers: Providers | None = None,
+        flight: InFlight | None = None,
+    ) -> None:
         self._job = job
         self._repo = repo
+        self._providers = providers
+        self._flight = flight
 
     @property
     def job(self) -> Job:
@@ -152,6 +171,15 @@ class Context:
             if not await self._repo.check_lease(conn, self._job):
                 raise LeaseLost()
             await write(conn)
+        if self._flight is not None:
+            self._flight.progressed = True
+
+    def calling(
+        self, provider: str, *, tokens: int = 0
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        if self._providers is None:
+            return contextlib.nullcontext()
+        return self._providers.call(provider, tokens=tokens)
 
 
 def failure_of(exc: BaseException) -> Failure:
@@ -201,6 +229,7 @@ class Worker:
         self._drained = anyio.Event()
         self._repo: JobRepository | None = None
         self._completer: Completer | None = None
+        self.providers: Providers | None = None
         #: Stages other live workers serve; None (unknown) counts as all of them.
         self._peer_stages: set[str] | None = None
         self.log = logging.LoggerAdapter(log, {"worker": self.id})
@@ -225,6 +254,8 @@ class Worker:
         """Work until stopped (signal, :meth:`stop`, or idle with ``exit_when_idle``)."""
         async with self._pool() as pool, self.pipeline.running():
             self._repo = JobRepository(pool)
+            specs = by_stage(self.pipeline.stage(n) for n in self.config.stages)
+            self.providers = Providers(pool, self.id, specs, self.config.circuit)
             self._completer = Completer(
                 self._repo, self.id, self.config.lease_s, self.clock, own_free=self._free_slots
             )
@@ -267,6 +298,8 @@ class Worker:
             try:
                 self._peer_stages = await self.repo.register_worker(self.id, self.config.stages)
                 await self.repo.announce_worker(CHANNEL, JOINED)
+                if self.providers is not None and self.providers.active:
+                    await self.providers.register()
                 return
             except CONNECTION_ERRORS as exc:
                 await self._db_error("register", exc)
@@ -274,9 +307,14 @@ class Worker:
 
     def _start_side_tasks(self, side: anyio.abc.TaskGroup) -> None:
         rescuer = Rescuer(
-            self.repo, RescuerConfig(interval_s=self.config.rescue_every_s), clock=self.clock
+            self.repo,
+            RescuerConfig(interval_s=self.config.rescue_every_s),
+            clock=self.clock,
+            on_failed=self._rescued_failed,
         )
         side.start_soon(rescuer.run)
+        if self.providers is not None and self.providers.active:
+            side.start_soon(self._providers_loop)
         if self._completer is not None:
             side.start_soon(self._completer.run)
         side.start_soon(self._heartbeat_loop)
@@ -320,11 +358,12 @@ class Worker:
             # claim sets the new event and is not lost.
             wake = self._wake[stage.name] = anyio.Event()
             free = limit - self.running[stage.name]
+            want = self._claimable(stage.name, free)
             claimed: list[Job] = []
-            if free > 0:
+            if want > 0:
                 try:
                     claimed = await self.repo.claim(
-                        stage.name, self.id, free, self.config.lease_s, self.clock.db_now()
+                        stage.name, self.id, want, self.config.lease_s, self.clock.db_now()
                     )
                     reconnect.reset()
                 except CONNECTION_ERRORS as exc:
@@ -335,8 +374,20 @@ class Worker:
                 self.running[stage.name] += 1
                 jobs.start_soon(self._run_slot, self._track(job, stage))
             if not claimed or len(claimed) < free:
-                with anyio.move_on_after(self.config.poll_s):
+                with anyio.move_on_after(self._claim_wait_s(stage.name)):
                     await wake.wait()
+
+    def _claimable(self, stage: str, free: int) -> int:
+        """Free slots to fill now: none while a provider the stage calls has its circuit
+        open (its jobs stay queued), one when a probe is due."""
+        if free <= 0 or self.providers is None:
+            return free
+        return self.providers.claimable(stage, free)
+
+    def _claim_wait_s(self, stage: str) -> float:
+        if self.providers is not None and self.providers.blocked(stage):
+            return self.providers.wait_s(stage, self.config.poll_s)
+        return self.config.poll_s
 
     async def _idle_watch(self) -> None:
         while not self._stopping.is_set():
@@ -395,7 +446,9 @@ class Worker:
     async def _execute(self, flight: InFlight) -> Outcome:
         with flight.scope:
             try:
-                output = await flight.stage.process(Context(flight.job, self.repo))
+                output = await flight.stage.process(
+                    Context(flight.job, self.repo, self.providers, flight)
+                )
                 return Success(output)
             except LeaseLost:
                 return Lost()
@@ -463,7 +516,9 @@ class Worker:
         commit, so a busy slot moves on without a separate claim."""
         job, stage = flight.job, flight.stage
         nxt = self.pipeline.next_stage(stage.name)
-        want_next = not self._stopping.is_set()
+        want_next = not self._stopping.is_set() and not (
+            self.providers is not None and self.providers.blocked(stage.name)
+        )
         following: Job | None = None
         try:
             if output is None and self._completer is not None:
@@ -501,27 +556,17 @@ class Worker:
     async def _fail(
         self, flight: InFlight, failure: Failure, jlog: logging.LoggerAdapter[Any]
     ) -> None:
-        job, name = flight.job, flight.stage.name
-        now = self.clock.db_now()
-        if failure.kind in NOT_COUNTED:
-            delay = retry_delay_s(
-                job.attempts,
-                base_s=self.config.retry_base_s,
-                cap_s=self.config.retry_cap_s,
-                retry_after_s=failure.retry_after_s,
-            )
-            await self.repo.release(job, delay, failure.message, failure.kind, now)
-            if failure.kind == RateLimited.kind:
-                metrics.RATE_LIMITED.labels(name).inc()
-            jlog.info("%s; retrying in %.1fs (attempt not counted)", failure.message, delay)
+        if not failure.permanent and (failure.kind != UNCLASSIFIED or flight.progressed):
+            await self._defer(flight, failure, jlog)
             return
+        job, name = flight.job, flight.stage.name
         delay = retry_delay_s(
             job.attempts,
             base_s=self.config.retry_base_s,
             cap_s=self.config.retry_cap_s,
             retry_after_s=failure.retry_after_s,
         )
-        state = await self.repo.retry_or_fail(job, failure, delay, now)
+        state = await self.repo.retry_or_fail(job, failure, delay, self.clock.db_now())
         if state is JobState.FAILED:
             metrics.FAILED.labels(name, failure.kind).inc()
             jlog.error("failed: %s", failure.message)
@@ -534,6 +579,54 @@ class Worker:
         else:
             metrics.LEASE_LOST.labels(name).inc()
             jlog.warning("lease lost before recording failure: %s", failure.message)
+
+    async def _defer(
+        self, flight: InFlight, failure: Failure, jlog: logging.LoggerAdapter[Any]
+    ) -> None:
+        """A transient failure, or any failure of an attempt that made progress: hand the
+        job back without counting the attempt; the retry budget is time, not a count."""
+        name = flight.stage.name
+        how = Deferral(
+            floor_s=failure.retry_after_s or 0.0,
+            # An open circuit already holds the stage's claims: no backoff on top.
+            base_s=0.0 if failure.kind == ProviderUnavailable.kind else self.config.retry_base_s,
+            cap_s=self.config.retry_cap_s,
+            retry_for_s=self.config.retry_for_s,
+            progressed=flight.progressed,
+        )
+        state = await self.repo.defer(
+            flight.job, failure.message, failure.kind, how, self.clock.db_now()
+        )
+        if state is JobState.FAILED:
+            metrics.FAILED.labels(name, failure.kind).inc()
+            jlog.error("failed: retried for %.0fs: %s", self.config.retry_for_s, failure.message)
+            await self._undo(flight, jlog)
+        elif state is JobState.QUEUED:
+            counter = (
+                metrics.RATE_LIMITED.labels(name)
+                if failure.kind == RateLimited.kind
+                else (metrics.RETRIED.labels(name, failure.kind))
+            )
+            counter.inc()
+            level = logging.DEBUG if failure.kind == ProviderUnavailable.kind else logging.INFO
+            jlog.log(level, "%s; retrying later (attempt not counted)", failure.message)
+        else:
+            metrics.LEASE_LOST.labels(name).inc()
+            jlog.warning("lease lost before recording failure: %s", failure.message)
+
+    async def _rescued_failed(self, rescued: Rescued) -> None:
+        """The sweep failed a job whose attempts ran out on lost leases: undo its side
+        effects as a failure seen by its own worker would."""
+        try:
+            stage = self.pipeline.stage(rescued.stage)
+            await stage.on_failed(rescued.as_job())
+        except Exception as exc:  # best effort: verify --repair reconciles what is left
+            self.log.warning(
+                "could not undo side effects of job %d (%s): %s",
+                rescued.id,
+                rescued.stage,
+                one_line(str(exc)),
+            )
 
     async def _undo(self, flight: InFlight, jlog: logging.LoggerAdapter[Any]) -> None:
         try:
@@ -635,7 +728,24 @@ class Worker:
         if event is not None:
             event.set()
 
+    async def _providers_loop(self) -> None:
+        assert self.providers is not None
+        while True:
+            try:
+                await self.providers.run(self.config.poll_s, self._wake_all)
+            except CONNECTION_ERRORS as exc:
+                await self._db_error("providers", exc)
+                await anyio.sleep(self.config.poll_s)
+
+    def _wake_all(self) -> None:
+        for event in self._wake.values():
+            event.set()
+
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        if isinstance(payload, str) and payload.startswith(PROVIDER_PREFIX):
+            if self.providers is not None:
+                self.providers.changed()
+            return
         if payload == JOINED:
             self._peer_stages = None  # NOTIFY for every stage until the next heartbeat
             return

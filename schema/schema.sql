@@ -1,5 +1,5 @@
 -- The full current schema of ragline, for reading and for the migration test.
--- Generated from schema/migrations/ (0001 + 0002); tests/migration checks they agree.
+-- Generated from schema/migrations/ (0001 + 0002 + 0003 + 0004); tests/migration checks they agree.
 -- Never apply this to a live database: use `python -m runtime migrate`.
 
 
@@ -47,6 +47,9 @@ CREATE TABLE stage_jobs (
     created_at        timestamptz NOT NULL DEFAULT now(),
     started_at        timestamptz,
     finished_at       timestamptz,
+    -- When the job's current run of transient failures began (NULL: none since it last
+    -- made progress); transient faults retry until RAGLINE_RETRY_FOR has passed.
+    transient_since   timestamptz,
     CHECK (state <> 'running' OR (lease_token IS NOT NULL AND lease_expires_at IS NOT NULL))
 );
 
@@ -127,4 +130,31 @@ CREATE TABLE embeddings (
     vector      bytea NOT NULL,
     PRIMARY KEY (model, sha256),
     CONSTRAINT embeddings_vector_size CHECK (octet_length(vector) = 4 * dimensions)
+);
+
+-- Providers (0004): one row per external provider and model, shared by every worker
+-- process: its circuit and its request and token budgets (GCRA clocks), plus a
+-- fleet-wide pause from a 429's Retry-After.
+CREATE TABLE providers (
+    name           text PRIMARY KEY,
+    -- The pipeline stages whose jobs call this provider (registered by workers at start).
+    stages         text[] NOT NULL DEFAULT '{}',
+    state          text NOT NULL DEFAULT 'closed'
+                   CHECK (state IN ('closed', 'open', 'half_open')),
+    -- Consecutive transient failures, across all processes; any success resets it.
+    failures       integer NOT NULL DEFAULT 0 CHECK (failures >= 0),
+    -- First failure of the current run of failures (what `status` calls "since").
+    failing_since  timestamptz,
+    last_error     text,
+    -- Failed probes since the circuit opened: the probe interval doubles with each.
+    probes         integer NOT NULL DEFAULT 0 CHECK (probes >= 0),
+    -- Open: when the next probe may go. Half-open: when the probe in flight is given up.
+    next_probe_at  timestamptz,
+    probe_owner    text,
+    -- GCRA: the earliest time the next request / the next token may be sent.
+    request_at     timestamptz NOT NULL DEFAULT '-infinity',
+    token_at       timestamptz NOT NULL DEFAULT '-infinity',
+    -- A 429's Retry-After: nobody calls the provider before this.
+    paused_until   timestamptz NOT NULL DEFAULT '-infinity',
+    changed_at     timestamptz NOT NULL DEFAULT now()
 );

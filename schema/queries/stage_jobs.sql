@@ -215,7 +215,8 @@ WITH expired AS (
         finished_at = CASE WHEN j.attempts >= j.max_attempts THEN coalesce($1, now()) END
     FROM expired
     WHERE j.id = expired.id
-    RETURNING j.id, j.document_id, j.stage, j.generation, j.state, j.last_error
+    RETURNING j.id, j.document_id, j.stage, j.generation, j.state, j.last_error, j.attempts,
+              j.max_attempts, j.created_at
 ), doc AS (
     UPDATE documents AS d
     SET status = 'failed', error = rescued.stage || ': ' || rescued.last_error,
@@ -225,7 +226,8 @@ WITH expired AS (
       AND d.generation = rescued.generation
     RETURNING d.id
 )
-SELECT r.id, r.document_id, r.stage, r.state::text AS state, r.last_error,
+SELECT r.id, r.document_id, r.stage, r.state::text AS state, r.last_error, r.generation,
+       r.attempts, r.max_attempts, r.created_at,
        -- Uncorrelated, so evaluated once: wake the stages that got work back.
        (SELECT count(pg_notify('ragline_jobs', s.stage))
         FROM (SELECT DISTINCT stage FROM rescued WHERE state = 'queued') AS s) AS notified
@@ -305,3 +307,55 @@ SELECT r.document_id, r.stage,
        (SELECT count(pg_notify('ragline_jobs', s.stage))
         FROM (SELECT DISTINCT stage FROM requeued) AS s) AS notified
 FROM requeued AS r;
+
+-- name: defer_job
+-- A transient failure (a provider's fault or 429, the database, an open circuit): hand
+-- the job back without counting the attempt. The delay grows with how long the job's
+-- failures have lasted, not with a count (about doubling per retry, equal jitter,
+-- capped); once they have lasted longer than the retry budget, the job fails and the
+-- document with it. An attempt that checkpointed progress starts the clock over.
+-- $1 job id, $2 lease token, $3 one-line error, $4 error kind, $5 least delay s
+-- (Retry-After), $6 base delay s (0: no backoff, e.g. the circuit is open and claims
+-- are held anyway), $7 cap s, $8 retry budget s, $9 jitter in [0, 1), $10 progressed,
+-- $11 now
+WITH cur AS (
+    SELECT id, CASE WHEN $10::boolean THEN NULL ELSE transient_since END AS since
+    FROM stage_jobs
+    WHERE id = $1 AND lease_token = $2 AND state = 'running'
+    FOR UPDATE
+), t AS (
+    SELECT id, coalesce(since, coalesce($11, now())) AS since,
+           extract(epoch FROM coalesce($11, now()) - coalesce(since, coalesce($11, now())))
+               ::float8 AS elapsed
+    FROM cur
+), deferred AS (
+    UPDATE stage_jobs AS j
+    SET state = CASE WHEN t.elapsed > $8::float8 THEN 'failed' ELSE 'queued' END::ragline_job_state,
+        attempts = CASE WHEN t.elapsed > $8 THEN j.attempts
+                        ELSE greatest(j.attempts - 1, 0) END,
+        transient_since = t.since,
+        run_after = coalesce($11, now()) + make_interval(secs => greatest(
+            least($5::float8, $7::float8),
+            CASE WHEN $6::float8 > 0 THEN least($7, greatest($6, t.elapsed)) * (0.5 + 0.5 * $9::float8)
+                 ELSE 0 END)),
+        last_error = CASE WHEN t.elapsed > $8
+                          THEN $3::text || format(' (still failing after %s s of retries)',
+                                            round(t.elapsed))
+                          ELSE $3 END,
+        error_kind = $4::text,
+        lease_token = NULL,
+        lease_expires_at = NULL,
+        finished_at = CASE WHEN t.elapsed > $8 THEN coalesce($11, now()) END
+    FROM t
+    WHERE j.id = t.id
+    RETURNING j.document_id, j.stage, j.generation, j.state, j.run_after, j.last_error
+), doc AS (
+    UPDATE documents AS d
+    SET status = 'failed', error = deferred.stage || ': ' || deferred.last_error,
+        updated_at = coalesce($11, now())
+    FROM deferred
+    WHERE deferred.state = 'failed' AND d.id = deferred.document_id
+      AND d.generation = deferred.generation
+    RETURNING d.id
+)
+SELECT state::text AS state, run_after FROM deferred;

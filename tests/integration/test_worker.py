@@ -128,15 +128,47 @@ async def test_permanent_failure_fails_document_once(dsn: str, pool: asyncpg.Poo
     ]
 
 
-async def test_transient_failure_retries_until_exhausted(dsn: str, pool: asyncpg.Pool[Any]) -> None:
+async def test_transient_failure_retries_for_the_retry_budget_not_a_count(
+    dsn: str, pool: asyncpg.Pool[Any]
+) -> None:
     [doc] = await submit_many(pool, 1)
     embed = ScriptedStage("embed", fail="transient")
     stages = [embed if s == "embed" else ScriptedStage(s) for s in STAGES]
-    await run(Pipeline(stages=stages), dsn, config())
-    assert embed.calls == 3
+    await run(Pipeline(stages=stages), dsn, config(retry_for_s=1.0))
+    assert embed.calls > 3  # more than max_attempts: transient failures cost no attempt
     got = await DocumentRepository(pool).get(doc)
     assert got is not None and got.status == DocumentStatus.FAILED
-    assert got.error == "embed: scripted transient failure"
+    assert got.error is not None
+    assert got.error.startswith("embed: scripted transient failure (still failing after ")
+    [job] = [j for j in await JobRepository(pool).document_jobs(doc) if j.stage == "embed"]
+    assert (job.state, job.attempts, job.error_kind) == (JobState.FAILED, 1, "transient")
+
+
+async def test_an_attempt_that_checkpointed_progress_does_not_count(
+    dsn: str, pool: asyncpg.Pool[Any]
+) -> None:
+    [doc] = await submit_many(pool, 1, stage="vision")
+
+    class Progressing(ScriptedStage):
+        """Checkpoints one step per attempt, then crashes, five times (max_attempts 3)."""
+
+        async def process(self, ctx: JobContext) -> Any:
+            self.calls += 1
+            if self.calls <= 5:
+
+                async def step(conn: DbConn) -> None:
+                    pass
+
+                await ctx.checkpoint(step)
+                raise ValueError("a bug after a step")
+            return None
+
+    vision = Progressing("vision", noop=True)
+    stages = [vision if s == "vision" else ScriptedStage(s) for s in STAGES]
+    await run(Pipeline(stages=stages), dsn, config())
+    assert vision.calls == 6
+    got = await DocumentRepository(pool).get(doc)
+    assert got is not None and got.status == DocumentStatus.READY
 
 
 async def test_unclassified_exception_is_retried_and_named(
