@@ -2,8 +2,11 @@
 
 The cache is content-addressed (model + sha256 of the text), so unchanged text is never
 sent twice and re-indexing needs no embedding call. Each batch is checkpointed as it
-returns, so a crash wastes at most the batch in flight. Requests go through the process's
-aiolimiter; a 429 surfaces as RateLimited, which the engine snoozes without counting it.
+returns, so a crash wastes at most the batch in flight. Each request goes through the
+engine's provider gate (``ctx.calling``): the fleet's shared budget (requests and
+estimated tokens per minute) and the provider's circuit; the process's aiolimiter stays
+as an in-process smoother. A 429 surfaces as RateLimited, which pauses every process and
+costs no attempt.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from prometheus_client import Counter
 
 from runtime.errors import InvalidDocument
 from runtime.models import Job
+from runtime.providers import ProviderSpec
 from runtime.stage import DbConn, JobContext
 from stages import store
 from stages.services import Services
@@ -23,6 +27,13 @@ from stages.services import Services
 CACHE_HITS = Counter("ragline_embed_cache_hits", "Chunks whose vector was already cached")
 CACHE_MISSES = Counter("ragline_embed_cache_misses", "Chunks sent to the embedder")
 REQUESTS = Counter("ragline_embed_requests", "Embedding requests sent")
+
+
+def estimated_tokens(texts: Sequence[str]) -> int:
+    """Tokens a provider will bill for ``texts``, estimated before the call: a UTF-8 byte
+    per 4 (BPE tokenizers average 3-4 characters a token on English prose; bytes count
+    non-Latin text higher, as the tokenizers do)."""
+    return sum(len(t.encode()) // 4 + 1 for t in texts)
 
 
 def batches(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
@@ -34,6 +45,11 @@ class EmbedStage:
 
     def __init__(self, services: Services) -> None:
         self.services = services
+
+    @property
+    def providers(self) -> tuple[ProviderSpec, ...]:
+        spec = self.services.embed_provider
+        return (spec,) if spec is not None else ()
 
     async def process(self, ctx: JobContext) -> None:
         chunks = await store.chunks(ctx.pool, ctx.job.document_id)
@@ -55,9 +71,16 @@ class EmbedStage:
         self, ctx: JobContext, model: str, batch: Sequence[tuple[str, str]]
     ) -> None:
         limiter = self.services.limiter
-        async with limiter if limiter is not None else contextlib.nullcontext():
+        texts = [t for _, t in batch]
+        spec = self.services.embed_provider
+        gate = (
+            ctx.calling(spec.name, tokens=estimated_tokens(texts))
+            if spec is not None
+            else contextlib.nullcontext()
+        )
+        async with gate, limiter if limiter is not None else contextlib.nullcontext():
             REQUESTS.inc()
-            vectors = await self.services.embedder.embed([t for _, t in batch], "search_document")
+            vectors = await self.services.embedder.embed(texts, "search_document")
         items = [(sha, vec) for (sha, _), vec in zip(batch, vectors, strict=True)]
 
         async def write(conn: DbConn) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,8 @@ from stages.cohere_errors import make_client, translated
 if TYPE_CHECKING:
     import onnxruntime
     import tokenizers
+
+log = logging.getLogger(__name__)
 
 InputType = Literal["search_document", "search_query"]
 FloatArray = npt.NDArray[np.float32]
@@ -78,6 +81,22 @@ def decode_base64_vector(encoded: str) -> list[float]:
     return np.frombuffer(raw, dtype="<f4").tolist()  # type: ignore[no-any-return]
 
 
+def vectors_of(embeddings: Any) -> list[list[float]] | None:
+    """The vectors of an embed answer: base64 when present, else float (some
+    Cohere-compatible gateways answer float whatever was asked), else None."""
+    encoded = getattr(embeddings, "base64", None)
+    if encoded is not None:
+        return [decode_base64_vector(e) for e in encoded]
+    floats = getattr(embeddings, "float_", None)
+    return None if floats is None else [list(map(float, v)) for v in floats]
+
+
+def rejects_base64(exc: PermanentError) -> bool:
+    """A 400 whose message blames the base64 embedding type."""
+    text = exc.message.lower()
+    return "http 400" in text and "base64" in text
+
+
 def l2_normalize(vectors: FloatArray) -> FloatArray:
     """Rows scaled to unit length (all-zero rows stay zero)."""
     norms: FloatArray = np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -113,6 +132,8 @@ class CohereEmbedder:
         self.config = config
         # The SDK never retries: ragline's worker owns retries (see stages/cohere_errors.py).
         self._client, self._http = make_client(config.api_key, config.base_url, config.timeout_s)
+        #: "base64" until an endpoint answers 400 to it (some gateways only do "float").
+        self._embedding_type = "base64"
 
     @property
     def model(self) -> str:
@@ -141,19 +162,28 @@ class CohereEmbedder:
         return vectors
 
     async def _embed_batch(self, texts: Sequence[str], input_type: InputType) -> list[list[float]]:
-        with translated("cohere embed"):
-            response = await self._client.embed(
-                model=self.config.model,
-                input_type=input_type,
-                texts=list(texts),
-                # base64 (float32 bytes) instead of "float": the SDK builds a pydantic value
-                # per float, ~1.1 s of CPU for 96 x 1024 here; base64 decodes in ~1 ms.
-                embedding_types=["base64"],
-                **self._dimension_kwargs(),
+        try:
+            with translated("cohere embed"):
+                response = await self._client.embed(
+                    model=self.config.model,
+                    input_type=input_type,
+                    texts=list(texts),
+                    # base64 (float32 bytes) rather than "float": the SDK builds a pydantic
+                    # value per float, ~1.1 s of CPU for 96 x 1024; base64 decodes in ~1 ms.
+                    embedding_types=[self._embedding_type],
+                    **self._dimension_kwargs(),
+                )
+        except PermanentError as exc:
+            if self._embedding_type != "base64" or not rejects_base64(exc):
+                raise
+            log.warning(
+                "cohere embed: the endpoint rejects base64 embeddings (%s); "
+                "asking for float from now on",
+                exc.message,
             )
-        encoded = response.embeddings.base64
-        floats = None if encoded is None else [decode_base64_vector(e) for e in encoded]
-        return self._checked(floats, len(texts))
+            self._embedding_type = "float"
+            return await self._embed_batch(texts, input_type)
+        return self._checked(vectors_of(response.embeddings), len(texts))
 
     def _dimension_kwargs(self) -> dict[str, Any]:
         # Only embed-v4 and later accept output_dimension; older models answer 400 to it.

@@ -16,6 +16,7 @@ import msgspec
 from aiolimiter import AsyncLimiter
 
 from runtime.errors import ConfigurationError
+from runtime.providers import ProviderSpec
 from stages.chunking import ChunkConfig
 from stages.pdf import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MIN_IMAGE_BYTES, DEFAULT_MIN_IMAGE_PX
 
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
     from stages.vision_model import VisionModel
 
 DEFAULT_EMBED_RPM = 1000
+#: Tokens per minute to the embedding provider, fleet-wide (0: unlimited).
+DEFAULT_EMBED_TPM = 0
+#: Vision requests per minute, fleet-wide (0: unlimited).
+DEFAULT_VISION_RPM = 0
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -57,8 +62,22 @@ class PipelineSettings(msgspec.Struct, frozen=True, kw_only=True):
     min_image_px: int = DEFAULT_MIN_IMAGE_PX
     min_image_bytes: int = DEFAULT_MIN_IMAGE_BYTES
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
-    #: Embedding requests per minute, per process, to a metered provider (0: unlimited).
+    #: Embedding requests per minute to a metered provider, shared by every process on
+    #: the database (0: unlimited).
     embed_rpm: int = DEFAULT_EMBED_RPM
+    #: Embedding tokens per minute, fleet-wide (estimated before each call; 0: unlimited).
+    embed_tpm: int = DEFAULT_EMBED_TPM
+    #: Vision requests per minute to a hosted vision model, fleet-wide (0: unlimited).
+    vision_rpm: int = DEFAULT_VISION_RPM
+
+    def __post_init__(self) -> None:
+        for name, value in (
+            ("RAGLINE_EMBED_RPM", self.embed_rpm),
+            ("RAGLINE_EMBED_TPM", self.embed_tpm),
+            ("RAGLINE_VISION_RPM", self.vision_rpm),
+        ):
+            if value < 0:
+                raise ConfigurationError(f"{name} must be >= 0 (0: unlimited), got {value}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> PipelineSettings:
@@ -70,6 +89,8 @@ class PipelineSettings(msgspec.Struct, frozen=True, kw_only=True):
             min_image_px=_int(env, "RAGLINE_MIN_IMAGE_PX", DEFAULT_MIN_IMAGE_PX),
             max_image_pixels=_int(env, "RAGLINE_MAX_IMAGE_PIXELS", DEFAULT_MAX_IMAGE_PIXELS),
             embed_rpm=_int(env, "RAGLINE_EMBED_RPM", DEFAULT_EMBED_RPM),
+            embed_tpm=_int(env, "RAGLINE_EMBED_TPM", DEFAULT_EMBED_TPM),
+            vision_rpm=_int(env, "RAGLINE_VISION_RPM", DEFAULT_VISION_RPM),
         )
 
 
@@ -109,6 +130,24 @@ class Services:
         if not self.embedder.metered:
             return None
         return limiter_for(self.settings.embed_rpm)
+
+    @property
+    def embed_provider(self) -> ProviderSpec | None:
+        """The embedding provider and its fleet-wide budget; None for a local model."""
+        if not self.embedder.metered:
+            return None
+        return ProviderSpec(
+            name=self.embedder.model.partition("@")[0],
+            requests_per_min=self.settings.embed_rpm,
+            tokens_per_min=self.settings.embed_tpm,
+        )
+
+    @property
+    def vision_provider(self) -> ProviderSpec | None:
+        """The hosted vision model and its budget; None for local OCR or none."""
+        if not getattr(self.vision, "metered", False):
+            return None
+        return ProviderSpec(name=self.vision.name, requests_per_min=self.settings.vision_rpm)
 
     @property
     def collection(self) -> str:

@@ -7,11 +7,13 @@ document. Transient model errors fail the attempt (the engine retries it).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 
 from runtime.errors import PermanentError, one_line
 from runtime.models import Job
+from runtime.providers import ProviderSpec
 from runtime.stage import DbConn, JobContext
 from stages import store
 from stages.services import Services
@@ -35,6 +37,11 @@ class VisionStage:
     def __init__(self, services: Services) -> None:
         self.services = services
 
+    @property
+    def providers(self) -> tuple[ProviderSpec, ...]:
+        spec = self.services.vision_provider
+        return (spec,) if spec is not None else ()
+
     async def process(self, ctx: JobContext) -> list[store.NewChunk]:
         from stages.vision_model import NoVision  # here: the vision libraries are heavy
 
@@ -48,8 +55,11 @@ class VisionStage:
 
     async def _describe(self, ctx: JobContext, asset: store.Asset) -> None:
         data = await self.services.assets.get(asset.object_key)
+        spec = self.services.vision_provider
+        gate = ctx.calling(spec.name) if spec is not None else contextlib.nullcontext()
         try:
-            text = await self.services.vision.describe(data, asset.media_type)
+            async with gate:
+                text = await self.services.vision.describe(data, asset.media_type)
         except PermanentError as exc:
             log.warning(
                 "%s: image %s on page %d unreadable: %s",

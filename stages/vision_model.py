@@ -150,6 +150,11 @@ class CohereVision:
     def name(self) -> str:
         return f"cohere/{self.config.model}"
 
+    @property
+    def metered(self) -> bool:
+        """Calls count against a provider's quota (``RAGLINE_VISION_RPM`` applies)."""
+        return True
+
     async def describe(self, image: bytes, media_type: str) -> str:
         data, media_type = await anyio.to_thread.run_sync(self._sendable, image)
         data_uri = f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"

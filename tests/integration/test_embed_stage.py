@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from runtime.models import DocumentStatus, JobRow, JobState
+from runtime.providers import CircuitConfig
 from tests.support.fake_cohere import Fault
 from tests.support.pipeline_env import (
     PipelineEnv,
@@ -31,6 +32,8 @@ pytestmark = pytest.mark.anyio
 MAX_BATCH = 96
 #: Small chunks, so a PDF of a few dozen pages makes a few hundred of them.
 SMALL_CHUNKS = {"RAGLINE_CHUNK_CHARS": "400", "RAGLINE_CHUNK_OVERLAP": "40"}
+#: Probes every 0.2-0.4 s instead of 5-60 s.
+FAST_CIRCUIT = CircuitConfig(failures=3, probe_s=0.2, probe_max_s=0.4)
 
 
 async def embed_job(env: PipelineEnv, doc_id: uuid.UUID) -> JobRow:
@@ -114,26 +117,28 @@ async def test_server_errors_are_retried_until_ready(
 
         assert (await env.doc(doc_id)).status == DocumentStatus.READY
         job = await embed_job(env, doc_id)
-        assert (job.state, job.attempts, job.error_kind) == ("succeeded", 2, "transient")
+        # A provider's 500 costs no attempt: transient faults retry for a time budget.
+        assert (job.state, job.attempts, job.error_kind) == ("succeeded", 1, "transient")
         assert fake_cohere.snapshot().statuses == {"500": 1, "200": 1}
         await env.assert_indexed(doc_id)
 
 
-async def test_persistent_server_errors_fail_the_document_after_max_attempts(
+async def test_persistent_server_errors_fail_the_document_after_the_retry_budget(
     dsn: str, tmp_path: Path, fake_cohere: TimedCohere
 ) -> None:
-    fake_cohere.add_faults([Fault(status=500, endpoint="embed")] * 3)
+    fake_cohere.outage(500)
     async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
         doc_id = (await env.submit(sample("sourdough.pdf"))).document_id
-        await env.run()
+        await env.run(retry_for_s=1.0, circuit=FAST_CIRCUIT)
 
         doc = await env.doc(doc_id)
         assert doc.status == DocumentStatus.FAILED
         assert doc.error is not None and doc.error.startswith("embed: cohere embed: HTTP 500")
-        assert "\n" not in doc.error
+        assert "(still failing after " in doc.error and "\n" not in doc.error
         job = await embed_job(env, doc_id)
-        assert (job.state, job.attempts) == (JobState.FAILED, 3)
-        assert fake_cohere.requests_to("embed") == 3
+        # Retried past max_attempts (3) without spending attempts: time was the budget.
+        assert (job.state, job.attempts) == (JobState.FAILED, 1)
+        assert fake_cohere.requests_to("embed") > 3
         assert await env.stage_jobs(doc_id, "index") == []
 
 
@@ -161,23 +166,19 @@ async def test_each_batch_is_checkpointed_and_a_retry_sends_only_the_rest(
     fake_cohere.add_faults([Fault(endpoint="embed"), Fault(status=500, endpoint="embed")])
     async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere, **SMALL_CHUNKS)) as env:
         model = env.probe.embedder.model
-        # One attempt per job, so the run stops right after the failed batch.
+        # One attempt per job: the attempt checkpointed a batch, so its failure is not
+        # counted and the retry still runs.
         doc_id = (await env.submit(pdf, max_attempts=1)).document_id
-        await env.run()
-
-        assert (await env.doc(doc_id)).status == DocumentStatus.FAILED
-        assert fake_cohere.requests_to("embed") == 2
-        assert await env.embeddings(model) == MAX_BATCH  # the first batch, checkpointed
-
-        assert await env.jobs.retry_failed("embed", None, [doc_id]) == [(doc_id, "embed")]
         await env.run()
 
         assert (await env.doc(doc_id)).status == DocumentStatus.READY
         unique = await unique_texts(env, doc_id)
         batches = math.ceil(unique / MAX_BATCH)
         assert batches >= 3
-        # 1 good + 1 failed before; the retry sends only the batches after the first.
+        # 1 good + 1 failed; the retry sends only the batches after the first.
         assert fake_cohere.requests_to("embed") == 2 + batches - 1
         assert fake_cohere.snapshot().texts_embedded == unique
         assert await env.embeddings(model) == unique
+        job = await embed_job(env, doc_id)
+        assert (job.state, job.attempts, job.error_kind) == ("succeeded", 1, "transient")
         await env.assert_indexed(doc_id)

@@ -7,7 +7,12 @@ for the ``cohere`` SDK to parse its answers:
   the same text always maps to the same vector (see :func:`fake_vector`).
 - ``POST /v2/chat``: describes the image it was sent ("image of N bytes (image/png)").
 - ``GET /_stats``: the counters as JSON; ``POST /_faults`` appends scripted faults (a JSON
-  list of :class:`Fault` objects); ``POST /_reset`` clears counters and faults.
+  list of :class:`Fault` objects); ``POST /_reset`` clears counters and faults;
+  ``POST /_outage`` with ``{"status": 503}`` answers every call with that status until
+  ``{"status": null}`` ends the outage (:meth:`FakeCohere.outage` in-process).
+
+Gateways that differ from Cohere: ``float_only`` answers only ``float`` embeddings,
+whatever was asked; ``reject_base64`` answers 400 to a request for ``base64``.
 
 Faults are injected per test: a script consumed in order (:class:`Fault`) and/or random
 ones drawn from a seeded generator (:class:`FaultRates`). A server-side rate limit can
@@ -136,8 +141,16 @@ class FakeCohere:
         api_key: str | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        float_only: bool = False,
+        reject_base64: bool = False,
     ) -> None:
         self.dims = dims
+        self.float_only = float_only
+        self.reject_base64 = reject_base64
+        #: While set, every embed/chat call is answered with this status.
+        self.outage_status: int | None = None
+        #: time.monotonic() of each call answered by an outage.
+        self.outage_calls: list[float] = []
         self.rates = rates or FaultRates()
         self.api_key = api_key
         self._lock = threading.Lock()
@@ -185,6 +198,11 @@ class FakeCohere:
         with self._lock:
             self._script.extend(faults)
 
+    def outage(self, status: int | None = 503) -> None:
+        """Start (``status``) or end (None) a full outage."""
+        with self._lock:
+            self.outage_status = status
+
     def reset(self) -> None:
         with self._lock:
             self._script.clear()
@@ -209,6 +227,9 @@ class FakeCohere:
         """Count the request; return the next scripted fault, else a random one, else None."""
         with self._lock:
             _bump(self.stats.requests, endpoint)
+            if self.outage_status is not None:
+                self.outage_calls.append(time.monotonic())
+                return Fault(status=self.outage_status, message="service unavailable (outage)")
             for i, fault in enumerate(self._script):
                 if fault.endpoint in (None, endpoint):
                     del self._script[i]
@@ -254,7 +275,10 @@ class FakeCohere:
             _bump(self.stats.output_dimensions, body.get("output_dimension"))
         vectors = [fake_vector(t, dims, model) for t in texts]
         embeddings: dict[str, Any] = {}
-        for kind in body.get("embedding_types") or ["float"]:
+        kinds = body.get("embedding_types") or ["float"]
+        if self.reject_base64 and "base64" in kinds:
+            raise BadRequest("embedding_types: base64 is not supported by this gateway")
+        for kind in ["float"] if self.float_only else kinds:
             if kind == "float":
                 embeddings["float"] = vectors
             elif kind == "base64":  # float32 little-endian bytes, as Cohere documents it
@@ -341,6 +365,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, {"ok": True}, count=False)
         elif self.path == "/_reset":
             fake.reset()
+            self._send(200, {"ok": True}, count=False)
+        elif self.path == "/_outage":
+            fake.outage(body.get("status") if isinstance(body, dict) else None)
             self._send(200, {"ok": True}, count=False)
         else:
             self._send(404, {"message": f"no route {self.path}"}, count=False)
@@ -467,6 +494,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rate-limit-per-s", type=float, default=None)
     p.add_argument("--api-key", default=None, help="require this bearer token")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--float-only", action="store_true", help="answer only float embeddings")
+    p.add_argument("--reject-base64", action="store_true", help="400 to base64 requests")
     return p.parse_args(argv)
 
 
@@ -488,6 +517,8 @@ def main(argv: list[str] | None = None) -> None:
         api_key=args.api_key,
         host=args.host,
         port=args.port,
+        float_only=args.float_only,
+        reject_base64=args.reject_base64,
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
