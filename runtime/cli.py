@@ -21,6 +21,12 @@ from runtime import logs
 from runtime.database import database, ensure_schema
 from runtime.errors import ConfigurationError, RaglineError
 from runtime.plugin import DEFAULT_PIPELINE, BuildContext, Plugin, load_plugin
+from runtime.providers import (
+    DEFAULT_CIRCUIT_FAILURES,
+    DEFAULT_PROBE_MAX_S,
+    DEFAULT_PROBE_S,
+    CircuitConfig,
+)
 from runtime.worker import DEFAULT_GRACE_S, DEFAULT_LEASE_S, DEFAULT_POLL_S, Worker, WorkerConfig
 
 T = TypeVar("T")
@@ -230,6 +236,39 @@ def env_option(*decls: str, envvar: str, **kwargs: Any) -> Callable[[Any], Any]:
     help="Seconds between sweeps for expired leases (every worker sweeps).",
 )
 @env_option(
+    "--retry-for",
+    "retry_for_s",
+    envvar="RAGLINE_RETRY_FOR",
+    default="24h",
+    callback=lambda _ctx, _param, value: parse_duration_s(value, "RAGLINE_RETRY_FOR"),
+    help="How long transient failures (provider 5xx, 408, 429, timeouts, connection errors) "
+    "are retried, from the first of a run, before the job fails: 90s, 30m, 24h or seconds.",
+)
+@env_option(
+    "--circuit-failures",
+    envvar="RAGLINE_CIRCUIT_FAILURES",
+    default=DEFAULT_CIRCUIT_FAILURES,
+    type=click.IntRange(min=1),
+    help="Consecutive transient failures of a provider, across all processes, that open its "
+    "circuit (its stages' jobs then wait queued).",
+)
+@env_option(
+    "--probe",
+    "probe_s",
+    envvar="RAGLINE_PROBE_S",
+    default=DEFAULT_PROBE_S,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds from a circuit opening to its first probe; doubles per failed probe.",
+)
+@env_option(
+    "--probe-max",
+    "probe_max_s",
+    envvar="RAGLINE_PROBE_MAX_S",
+    default=DEFAULT_PROBE_MAX_S,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Longest interval between probes of an open circuit.",
+)
+@env_option(
     "--exit-when-idle",
     envvar="RAGLINE_EXIT_WHEN_IDLE",
     is_flag=True,
@@ -272,6 +311,8 @@ def worker_config(app: App, opts: Mapping[str, Any], **overrides: Any) -> Worker
         "poll_s": opts["poll_s"],
         "grace_s": opts["grace_s"],
         "retry_base_s": opts["retry_base_s"],
+        "retry_for_s": opts["retry_for_s"],
+        "circuit": circuit_config(opts),
         "rescue_every_s": opts["rescue_every_s"],
         "exit_when_idle": opts["exit_when_idle"],
         "handle_signals": True,
@@ -279,6 +320,32 @@ def worker_config(app: App, opts: Mapping[str, Any], **overrides: Any) -> Worker
     }
     fields.update(overrides)
     return WorkerConfig(**fields)
+
+
+def parse_duration_s(value: str | float, name: str) -> float:
+    """``90s``, ``30m``, ``24h``, ``2d`` or plain seconds."""
+    text = str(value).strip().lower()
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+    scale = units.get(text[-1:], 1.0)
+    number = text[:-1] if text[-1:] in units else text
+    try:
+        seconds = float(number) * scale
+    except ValueError:
+        seconds = -1.0
+    if seconds < 0:
+        raise click.BadParameter(f"{name} must be a duration like 90s, 30m or 24h, got {value!r}")
+    return seconds
+
+
+def circuit_config(opts: Mapping[str, Any]) -> CircuitConfig:
+    try:
+        return CircuitConfig(
+            failures=opts["circuit_failures"],
+            probe_s=opts["probe_s"],
+            probe_max_s=opts["probe_max_s"],
+        )
+    except ConfigurationError as exc:
+        raise click.BadParameter(f"RAGLINE_PROBE_MAX_S must be >= RAGLINE_PROBE_S ({exc})") from exc
 
 
 def run_workers(app: App, opts: Mapping[str, Any]) -> None:

@@ -15,8 +15,9 @@ from runtime.cli import EXIT_FAILED, EXIT_OK, App, guarded, main, run_async
 from runtime.database import open_pool
 from runtime.documents import DocumentRepository
 from runtime.models import Document, JobRow, JobState
+from runtime.providers import ProviderState, provider_states
 from runtime.repository import JobRepository, Pool
-from runtime.status import StageStatus, failures, overview, queue_position
+from runtime.status import StageStatus, failures, overview, provider_waits, queue_position
 
 #: A worker counts as live if seen within this many seconds (it heartbeats far more often).
 LIVE_WORKER_S = 120.0
@@ -57,6 +58,9 @@ async def why_waiting(pool: Pool, job: JobRow, workers: dict[str, int]) -> str |
         return f"running on {job.lease_owner} since {job.started_at:%H:%M:%S}"
     if job.state != JobState.QUEUED:
         return None
+    held = [p for p in await provider_states(pool) if p.state != "closed" and job.stage in p.stages]
+    if held:
+        return f"{job.stage}: {held[0].waiting_line()}"
     if job.run_after > now:
         reason = "rate-limited" if job.error_kind == "rate_limited" else "backing off"
         return f"{reason} until {job.run_after:%H:%M:%S} (last error: {job.last_error})"
@@ -91,6 +95,21 @@ def print_stages(rows: list[StageStatus]) -> None:
             f"{r.stage:8} {r.queued:>7} {r.backing_off:>8} {r.running:>8} {r.failed:>7} "
             f"{r.oldest_queued_s:>13.0f}s {r.oldest_running_s:>12.0f}s {r.workers:>8}"
         )
+
+
+def print_providers(rows: list[StageStatus]) -> None:
+    seen: dict[str, ProviderState] = {}
+    for r in rows:
+        for p in r.providers:
+            seen.setdefault(p.name, p)
+    if not seen:
+        return
+    click.echo("providers:")
+    for p in seen.values():
+        line = f"  {p.name} ({','.join(p.stages)}): {p.state.replace('_', '-')}"
+        if p.state != "closed":
+            line += f" -- {p.waiting_line()}; {p.failures} failure(s) in a row"
+        click.echo(line)
 
 
 def print_timeline(t: Timeline) -> None:
@@ -136,6 +155,7 @@ def status(app: App, document: str | None, as_json: bool) -> None:
         emit(result)
     elif doc_id is None:
         print_stages(result)
+        print_providers(result)
     else:
         print_timeline(result)
 
@@ -153,12 +173,16 @@ def failures_cmd(
 
     async def go(dsn: str) -> Any:
         async with open_pool(dsn) as pool:
-            return await failures(pool, stage, error_kind, limit)
+            return await failures(pool, stage, error_kind, limit), await provider_states(pool)
 
-    rows = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    rows, providers = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
     if as_json:
         emit(rows)
         return
+    # Not failures, but the reason jobs that have not failed are not moving either.
+    for line in provider_waits(providers):
+        if stage is None or line.startswith(f"{stage}:"):
+            click.echo(f"waiting: {line}")
     for r in rows:
         click.echo(f"{r.document_id} {r.filename} {r.stage} [{r.error_kind}] {r.last_error}")
 

@@ -308,6 +308,8 @@ class Providers:
         probe = await self._admit(name)
         try:
             budget = self._budgets.get(name)
+            # The reservation's round trip also brought the circuit's failure count.
+            fresh = budget is not None
             if budget is not None:
                 await budget.wait_turn(tokens)
             try:
@@ -321,9 +323,9 @@ class Providers:
                 await self._failed(name, exc, probe)
                 raise
             except PermanentError:
-                await self._succeeded(name, probe)  # the provider answered
+                await self._succeeded(name, probe, fresh)  # the provider answered
                 raise
-            await self._succeeded(name, probe)
+            await self._succeeded(name, probe, fresh)
         finally:
             self._probing.discard(name) if probe else None
 
@@ -369,10 +371,14 @@ class Providers:
                 f"{row['next_probe_at']:%H:%M:%S}",
             )
 
-    async def _succeeded(self, name: str, probe: bool) -> None:
+    async def _succeeded(self, name: str, probe: bool, fresh: bool) -> None:
+        """Reset the fleet's count of failures in a row (and close the circuit). Skipped
+        when the board, fresh from this call's reservation, shows nothing to reset;
+        without a budget it costs a round trip that writes only if needed."""
         state = self.board.get(name)
-        if not probe and (state is None or (state.state == "closed" and not state.failures)):
-            return  # nothing to reset: no round trip
+        nothing = state is None or (state.state == "closed" and not state.failures)
+        if fresh and nothing and not probe:
+            return
         row = await self.pool.fetchrow(P["record_success"], name, None)
         if state is not None:
             state.state, state.failures, state.failing_since = "closed", 0, None
@@ -383,7 +389,7 @@ class Providers:
     async def _rate_limited(self, name: str, exc: RateLimited) -> None:
         if exc.retry_after_s:
             await self.pool.execute(P["pause_provider"], name, exc.retry_after_s, None)
-        await self._succeeded(name, False)  # a 429 is an answer: the provider is up
+        await self._succeeded(name, False, False)  # a 429 is an answer: the provider is up
 
 
 def by_stage(stages: Iterable[Any]) -> dict[str, tuple[ProviderSpec, ...]]:

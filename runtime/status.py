@@ -9,6 +9,7 @@ from datetime import datetime
 import msgspec
 
 import schema
+from runtime.providers import ProviderState, provider_states
 from runtime.repository import Pool, to_struct
 
 S = schema.load("status")
@@ -23,6 +24,8 @@ class StageStatus(msgspec.Struct, kw_only=True):
     oldest_queued_s: float = 0.0
     oldest_running_s: float = 0.0
     workers: int = 0
+    #: The providers this stage's jobs call, with their circuits.
+    providers: list[ProviderState] = msgspec.field(default_factory=list)
 
 
 class FailureRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,7 +48,19 @@ async def overview(pool: Pool, stages: Sequence[str], workers: dict[str, int]) -
         st.oldest_running_s = float(r["oldest_running_s"])
     for r in await pool.fetch(S["failed_by_stage"]):
         by_stage.setdefault(r["stage"], StageStatus(stage=r["stage"])).failed = r["failed"]
+    for provider in await provider_states(pool):
+        for stage in provider.stages:
+            if stage in by_stage:
+                by_stage[stage].providers.append(provider)
     return list(by_stage.values())
+
+
+def provider_waits(states: Sequence[ProviderState]) -> list[str]:
+    """One line per stage held by a provider whose circuit is not closed, e.g. "embed:
+    provider cohere/embed-v4.0 unavailable since 12:01:07 (HTTP 503), next try 12:04:10"."""
+    return [
+        f"{stage}: {p.waiting_line()}" for p in states if p.state != "closed" for stage in p.stages
+    ]
 
 
 async def progress(pool: Pool, ids: Sequence[uuid.UUID]) -> dict[str, dict[str, int]]:

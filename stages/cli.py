@@ -339,6 +339,7 @@ def delete(app: App, documents: tuple[str, ...], as_json: bool) -> None:
 
     async def go(dsn: str) -> list[str]:
         from stages.assets import document_prefix
+        from stages.verify import delete_everywhere
 
         services = services_for(app.build_context())
         async with services.lifespan(), open_pool(dsn) as pool:
@@ -348,7 +349,7 @@ def delete(app: App, documents: tuple[str, ...], as_json: bool) -> None:
                 # Stop workers first (new generation), then remove what lives outside.
                 await docs.reprocess(doc_id, "parse", max_attempts=1)
                 await docs.delete([doc_id])
-                await services.index.delete_document(services.collection, doc_id)
+                await delete_everywhere(services, doc_id)  # every model's collection
                 await services.assets.delete_prefix(document_prefix(doc_id))
             return [str(i) for i in found]
 
@@ -397,6 +398,8 @@ def verify_cmd(app: App, repair: bool, as_json: bool) -> None:
                 f"  {p.document_id} {p.filename}: missing {p.missing_points}, "
                 f"extra {p.extra_points}, stale {p.stale_points}, "
                 f"files missing {len(p.missing_files)}"
+                + (f", {p.failed_points} point(s) of a failed document" if p.failed_points else "")
+                + (f", points in {','.join(p.other_collections)}" if p.other_collections else "")
                 + (" (orphan)" if p.orphan else "")
                 + (f" -> {p.repair}" if p.repair else "")
             )

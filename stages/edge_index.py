@@ -83,6 +83,7 @@ from stages.vector_index import (
     check_collection,
     check_document_points,
     check_points,
+    is_ragline_collection,
     missing_collection,
     point_ref,
 )
@@ -325,6 +326,14 @@ class EdgeIndex:
             ]
 
         return await self._run(collection, "search", run)
+
+    async def collections(self) -> list[str]:
+        root = self.config.root
+        if not root.is_dir():
+            return []
+        return sorted(
+            p.name for p in root.iterdir() if p.is_dir() and is_ragline_collection(p.name)
+        )
 
     async def aclose(self) -> None:
         """Flush and close every open session (the index stays usable: it reopens)."""

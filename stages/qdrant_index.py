@@ -40,6 +40,7 @@ from stages.vector_index import (
     check_collection,
     check_document_points,
     check_points,
+    is_ragline_collection,
     missing_collection,
     point_ref,
 )
@@ -223,6 +224,13 @@ class QdrantIndex:
             Hit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=dict(p.payload or {}))
             for p in response.points
         ]
+
+    async def collections(self) -> list[str]:
+        try:
+            found = await self._client.get_collections()
+        except _QDRANT_ERRORS as exc:
+            raise _translate_qdrant(exc, "collections") from exc
+        return sorted(c.name for c in found.collections if is_ragline_collection(c.name))
 
     async def aclose(self) -> None:
         await self._client.close()

@@ -130,6 +130,10 @@ class VectorIndex(Protocol):
         """The ``limit`` points nearest to ``vector``, nearest first."""
         ...
 
+    async def collections(self) -> list[str]:
+        """ragline's collections (every model's), sorted: delete and verify cover them all."""
+        ...
+
     async def aclose(self) -> None:
         """Release connections and files."""
 
@@ -165,6 +169,11 @@ def collection_name(model: str, dimensions: int) -> str:
     if not slug:
         raise ValueError(f"model name {model!r} has nothing usable for a collection name")
     return f"ragline_{slug[:150]}_{dimensions}"
+
+
+def is_ragline_collection(name: str) -> bool:
+    """Whether ``name`` is a collection :func:`collection_name` could have made."""
+    return name.startswith("ragline_") and bool(_COLLECTION.fullmatch(name))
 
 
 def check_collection(name: str) -> str:

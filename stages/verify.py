@@ -2,9 +2,13 @@
 
 Per ready document: every chunk has exactly one point of the current generation
 (missing, extra and stale points are reported), and the original and the images are in
-the asset store. Points of documents that no longer exist are orphans. ``repair`` enqueues
-the jobs that fix a document (index, or parse when stored files are gone) and deletes
-orphan points outright.
+the asset store. A failed document has no searchable point; a pending or processing one
+none of a generation newer than its own. Every collection is scanned, not only the
+current model's: a document's points in another model's collection are stale copies
+nobody searches any more. Points of documents that no longer exist are orphans.
+``repair`` enqueues the jobs that fix a document (index, or parse when stored files are
+gone) and deletes points outright where no job would (orphans, failed documents, other
+collections).
 """
 
 from __future__ import annotations
@@ -31,6 +35,11 @@ class Problem(msgspec.Struct, kw_only=True):
     stale_points: int = 0
     missing_files: list[str] = msgspec.field(default_factory=list)
     orphan: bool = False
+    #: Other models' collections holding points of this document.
+    other_collections: list[str] = msgspec.field(default_factory=list)
+    #: The document failed, yet these points of it are searchable.
+    failed_points: int = 0
+    status: str = ""
     repair: str | None = None
 
 
@@ -44,15 +53,24 @@ class Report(msgspec.Struct, kw_only=True):
         return not self.problems
 
 
-async def scan_index(services: Services) -> dict[str, list[PointRef]]:
+async def scan_index(
+    services: Services, collection: str | None = None
+) -> dict[str, list[PointRef]]:
     try:
-        refs = await services.index.scan(services.collection)
+        refs = await services.index.scan(collection or services.collection)
     except MissingInput:  # nothing was ever indexed with this model
         return {}
     by_doc: dict[str, list[PointRef]] = defaultdict(list)
     for ref in refs:
         by_doc[ref.document_id].append(ref)
     return by_doc
+
+
+async def scan_others(services: Services) -> dict[str, dict[str, list[PointRef]]]:
+    """``{collection: {document: points}}`` for every collection but the current one."""
+    current = services.collection
+    names = [c for c in await services.index.collections() if c != current]
+    return {name: await scan_index(services, name) for name in names}
 
 
 async def check_points(pool: Pool, doc: Document, refs: list[PointRef], problem: Problem) -> None:
@@ -72,47 +90,108 @@ async def check_files(pool: Pool, services: Services, doc: Document, problem: Pr
             problem.missing_files.append(key)
 
 
+def check_unready(doc: Document, refs: list[PointRef], problem: Problem) -> None:
+    """Points of a document that is not ready: none may be searchable once it failed;
+    while it is pending or processing, older generations serve until index replaces
+    them, but none may be newer than the document (a zombie's write)."""
+    if doc.status == DocumentStatus.FAILED:
+        problem.failed_points = len(refs)
+    else:
+        problem.stale_points = sum(1 for r in refs if r.generation > doc.generation)
+
+
 def has_problem(p: Problem) -> bool:
-    return bool(p.missing_points or p.extra_points or p.stale_points or p.missing_files or p.orphan)
+    return bool(
+        p.missing_points
+        or p.extra_points
+        or p.stale_points
+        or p.missing_files
+        or p.orphan
+        or p.other_collections
+        or p.failed_points
+    )
 
 
 async def verify(pool: Pool, services: Services) -> Report:
     by_doc = await scan_index(services)
+    others = await scan_others(services)
     docs = DocumentRepository(pool)
     problems: list[Problem] = []
     ids = await docs.all_ids()
     for doc in await docs.get_many(ids):
-        problem = Problem(document_id=str(doc.id), filename=doc.filename)
+        problem = Problem(document_id=str(doc.id), filename=doc.filename, status=doc.status)
         await check_files(pool, services, doc, problem)
+        refs = by_doc.get(str(doc.id), [])
         if doc.status == DocumentStatus.READY:
-            await check_points(pool, doc, by_doc.get(str(doc.id), []), problem)
+            await check_points(pool, doc, refs, problem)
+        else:
+            check_unready(doc, refs, problem)
+        problem.other_collections = [c for c, found in others.items() if str(doc.id) in found]
         if has_problem(problem):
             problems.append(problem)
     known = {str(i) for i in ids}
-    problems += [
-        Problem(document_id=d, orphan=True, extra_points=len(refs))
-        for d, refs in by_doc.items()
-        if d not in known
-    ]
-    return Report(
-        documents=len(ids), points=sum(len(r) for r in by_doc.values()), problems=problems
-    )
+    orphans: dict[str, Problem] = {}
+    for collection, found in [(services.collection, by_doc), *others.items()]:
+        for d, refs in found.items():
+            if d not in known:
+                p = orphans.setdefault(d, Problem(document_id=d, orphan=True))
+                p.extra_points += len(refs)
+                if collection != services.collection:
+                    p.other_collections.append(collection)
+    problems += orphans.values()
+    points = sum(len(r) for found in [by_doc, *others.values()] for r in found.values())
+    return Report(documents=len(ids), points=points, problems=problems)
+
+
+async def delete_everywhere(services: Services, document_id: uuid.UUID) -> None:
+    """Remove a document's points from every collection (every model's)."""
+    for collection in await services.index.collections():
+        try:
+            await services.index.delete_document(collection, document_id)
+        except MissingInput:
+            continue
 
 
 async def repair(pool: Pool, services: Services, report: Report) -> None:
     docs = DocumentRepository(pool)
     for p in report.problems:
         doc_id = uuid.UUID(p.document_id)
+        deleted = await _delete_unwanted(services, p, doc_id)
         if p.orphan:
-            await services.index.delete_document(services.collection, doc_id)
-            p.repair = "deleted orphan points"
-        elif p.missing_files:
-            original = await docs.get(doc_id)
-            if original is None or not original.asset_key or original.asset_key in p.missing_files:
-                p.repair = "cannot repair: the original is gone; delete and submit it again"
-                continue
-            await docs.reprocess(doc_id, "parse")
-            p.repair = "reprocess from parse"
-        else:
+            continue
+        if p.missing_files:
+            p.repair = await _reparse(docs, doc_id, p)
+        elif p.status == DocumentStatus.READY and (
+            p.missing_points or p.extra_points or p.stale_points
+        ):
             await docs.reprocess(doc_id, "index")
             p.repair = "reprocess from index"
+        elif p.stale_points:
+            p.repair = "none needed: its index job replaces every other generation's points"
+        else:
+            p.repair = deleted
+
+
+async def _delete_unwanted(services: Services, p: Problem, doc_id: uuid.UUID) -> str | None:
+    """Delete points no job would remove: an orphan's, a failed document's, and those in
+    other models' collections."""
+    if p.orphan:
+        await delete_everywhere(services, doc_id)
+        p.repair = "deleted orphan points"
+        return p.repair
+    done = []
+    for collection in p.other_collections:
+        await services.index.delete_document(collection, doc_id)
+        done.append("deleted points in other models' collections")
+    if p.failed_points:
+        await services.index.delete_document(services.collection, doc_id)
+        done.append("deleted the failed document's points")
+    return "; ".join(done) or None
+
+
+async def _reparse(docs: DocumentRepository, doc_id: uuid.UUID, p: Problem) -> str:
+    original = await docs.get(doc_id)
+    if original is None or not original.asset_key or original.asset_key in p.missing_files:
+        return "cannot repair: the original is gone; delete and submit it again"
+    await docs.reprocess(doc_id, "parse")
+    return "reprocess from parse"

@@ -12,8 +12,9 @@ workers started with ``--pipeline tests.support.pipelines:plugin``):
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import anyio
@@ -21,6 +22,7 @@ import anyio
 from runtime.errors import PermanentError, RateLimited, TransientError
 from runtime.models import Job
 from runtime.plugin import BuildContext, Plugin
+from runtime.providers import ProviderSpec
 from runtime.stage import DbConn, JobContext, Pipeline
 
 STAGES = ("parse", "chunk", "vision", "embed", "index")
@@ -108,3 +110,48 @@ def pipeline_from_env(env: Mapping[str, str]) -> Pipeline:
 
 
 plugin = Plugin(stage_names=STAGES, build=build)
+
+
+# -- a pipeline whose embed stage calls a Cohere-compatible provider -------------------
+
+
+class ProviderCallStage(ScriptedStage):
+    """``embed`` making one call per job to a Cohere-compatible server through the
+    engine's provider gate (``ctx.calling``), as the real embed stage does; declares the
+    provider with ``RAGLINE_EMBED_RPM`` as its fleet-wide budget. Built from
+    ``COHERE_BASE_URL``; for worker processes sharing one budget."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        from stages.embedder import CohereEmbedder, CohereEmbedderConfig
+
+        super().__init__("embed", noop=True)
+        self.embedder = CohereEmbedder(
+            CohereEmbedderConfig(
+                api_key="test-key", base_url=env["COHERE_BASE_URL"], dimensions=8, timeout_s=10
+            )
+        )
+        rpm = float(env.get("RAGLINE_EMBED_RPM") or 0)
+        self.providers = (ProviderSpec(name="cohere/embed-v4.0", requests_per_min=rpm),)
+
+    async def process(self, ctx: JobContext) -> Any:
+        self.calls += 1
+        async with ctx.calling(self.providers[0].name, tokens=1):
+            await self.embedder.embed([str(ctx.job.document_id)], "search_document")
+        return None
+
+
+def build_provider_pipeline(ctx: BuildContext) -> Pipeline:
+    embed = ProviderCallStage(ctx.env)
+
+    @contextlib.asynccontextmanager
+    async def lifespan() -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await embed.embedder.aclose()
+
+    stages = [embed if s == "embed" else ScriptedStage(s, noop=True) for s in STAGES]
+    return Pipeline(stages=stages, lifespan=lifespan)
+
+
+provider_plugin = Plugin(stage_names=STAGES, build=build_provider_pipeline)
