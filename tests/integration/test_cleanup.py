@@ -1,0 +1,125 @@
+"""Cleanup holes: an index job the sweep fails undoes its points; `verify` checks documents
+of every status and every model's collection; `delete` empties every collection."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from runtime.models import DocumentStatus, JobState
+from stages import store
+from stages.vector_index import collection_name, new_point
+from stages.verify import delete_everywhere, repair, verify
+from tests.support.fake_cohere import Fault
+from tests.support.pipeline_env import (
+    FAKE_DIMS,
+    PipelineEnv,
+    TimedCohere,
+    anyio_backend,
+    cohere_env,
+    fake_cohere,
+    pipeline_env,
+    sample,
+)
+
+__all__ = ["anyio_backend", "fake_cohere"]
+
+pytestmark = pytest.mark.anyio
+
+
+async def points_in(env: PipelineEnv, collection: str, doc_id: uuid.UUID) -> int:
+    return len(await env.probe.index.scan(collection, doc_id))
+
+
+async def test_the_sweep_failing_an_index_job_removes_its_partial_points(
+    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+) -> None:
+    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
+        doc_id = (await env.submit(sample("sourdough.pdf"))).document_id
+        await env.run(("parse", "chunk", "vision", "embed"))
+        # A worker leased the index job on its last attempt, wrote part of the points,
+        # and died: its lease has expired.
+        [job] = await env.jobs.claim("index", "gone:1:dead", 1, 30)
+        rows = await store.chunk_vectors(env.pool, doc_id, env.probe.embedder.model)
+        partial = [new_point(doc_id, r.ordinal, job.generation, r.vector or []) for r in rows[:2]]
+        collection = env.probe.collection
+        await env.probe.index.ensure_collection(collection, FAKE_DIMS)
+        await env.probe.index.upsert(collection, partial)
+        await env.probe.aclose()  # let the worker's process have the embedded index
+        await env.pool.execute(
+            "UPDATE stage_jobs SET attempts = max_attempts,"
+            " lease_expires_at = now() - interval '1 second' WHERE id = $1",
+            job.id,
+        )
+        assert await points_in(env, collection, doc_id) == 2
+
+        await env.run(("index",), rescue_every_s=0.1)
+
+        doc = await env.doc(doc_id)
+        assert doc.status == DocumentStatus.FAILED
+        assert doc.error is not None and doc.error.startswith("index: worker lost 1 times")
+        [index_job] = await env.stage_jobs(doc_id, "index")
+        assert index_job.state == JobState.FAILED
+        assert await points_in(env, collection, doc_id) == 0
+
+
+async def test_verify_covers_failed_documents_and_every_collection(
+    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+) -> None:
+    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
+        ids = await env.submit_all([sample("sourdough.pdf"), sample("lighthouses.pdf")])
+        await env.run()
+        old = env.probe.collection
+        assert (await verify(env.pool, env.probe)).clean
+
+        # Another dimension is another vector space, another collection: re-embed and
+        # re-index there. The old collection's copies are searched by nobody any more.
+        switched = {"RAGLINE_EMBED_DIMENSIONS": "32"}
+        for doc_id in ids:
+            await env.docs.reprocess(doc_id, "embed")
+        await env.run(env=switched)
+        services = env.services(**switched)
+        new = services.collection
+        assert new == collection_name("cohere/embed-v4.0@32", 32) and new != old
+        report = await verify(env.pool, services)
+        assert {p.document_id: p.other_collections for p in report.problems} == {
+            str(d): [old] for d in ids
+        }
+        await repair(env.pool, services, report)
+        assert [await points_in(env, old, d) for d in ids] == [0, 0]
+        assert (await verify(env.pool, services)).clean
+
+        # A document that fails at embed keeps no searchable point.
+        sourdough = ids[0]
+        fake_cohere.add_faults([Fault(status=400, endpoint="embed", message="bad input")])
+        await env.docs.reprocess(sourdough, "chunk")
+        await env.run(env={**switched, "RAGLINE_CHUNK_CHARS": "300"})
+        assert (await env.doc(sourdough)).status == DocumentStatus.FAILED
+        report = await verify(env.pool, services)
+        [problem] = report.problems
+        assert problem.document_id == str(sourdough) and problem.failed_points > 0
+        await repair(env.pool, services, report)
+        assert problem.repair == "deleted the failed document's points"
+        assert await points_in(env, new, sourdough) == 0
+        assert (await verify(env.pool, services)).clean
+        await services.aclose()
+
+
+async def test_delete_removes_points_from_every_collection(
+    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+) -> None:
+    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
+        [doc_id] = await env.submit_all([sample("sourdough.pdf")])
+        await env.run()
+        await env.docs.reprocess(doc_id, "embed")
+        switched = {"RAGLINE_EMBED_DIMENSIONS": "32"}
+        await env.run(env=switched)
+        services = env.services(**switched)
+        collections = await services.index.collections()
+        assert len(collections) == 2
+        assert all([await points_in(env, c, doc_id) > 0 for c in collections])
+        await delete_everywhere(services, doc_id)
+        await services.aclose()
+        assert [await points_in(env, c, doc_id) for c in collections] == [0, 0]
