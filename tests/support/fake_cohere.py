@@ -103,6 +103,11 @@ class Stats(msgspec.Struct, kw_only=True):
     input_types: dict[str, int] = msgspec.field(default_factory=dict)
     models: dict[str, int] = msgspec.field(default_factory=dict)
     output_dimensions: dict[str, int] = msgspec.field(default_factory=dict)
+    #: Wall-clock time (time.time()) of the first and the last embed/chat request.
+    first_request_at: float = 0.0
+    last_request_at: float = 0.0
+    #: Wall-clock times of the requests an outage answered.
+    outage_requests_at: list[float] = msgspec.field(default_factory=list)
 
 
 def _bump(counter: dict[str, int], key: object) -> None:
@@ -227,8 +232,12 @@ class FakeCohere:
         """Count the request; return the next scripted fault, else a random one, else None."""
         with self._lock:
             _bump(self.stats.requests, endpoint)
+            now = time.time()
+            self.stats.first_request_at = self.stats.first_request_at or now
+            self.stats.last_request_at = now
             if self.outage_status is not None:
                 self.outage_calls.append(time.monotonic())
+                self.stats.outage_requests_at.append(now)
                 return Fault(status=self.outage_status, message="service unavailable (outage)")
             for i, fault in enumerate(self._script):
                 if fault.endpoint in (None, endpoint):
