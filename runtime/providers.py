@@ -172,8 +172,9 @@ class _Budget:
     async def _reserve(self, batch: list[_Ask]) -> None:
         tokens = sum(a.tokens for a in batch) if self.per_token_s else 0
         sent_at = time.monotonic()
-        row = await self.providers.pool.fetchrow(
-            P["acquire_slots"],
+        row = await self.providers.fetchrow(
+            self.spec.name,
+            "acquire_slots",
             self.spec.name,
             len(batch),
             self.per_request_s,
@@ -219,10 +220,19 @@ class Providers:
         self._budgets = {n: _Budget(self, s) for n, s in self.specs.items() if s.budgeted}
         self._probing: set[str] = set()
         self._changed = anyio.Event()
+        self._trips: dict[str, int] = dict.fromkeys(self.specs, 0)
 
     @property
     def active(self) -> bool:
         return bool(self.specs)
+
+    def round_trips(self, name: str) -> int:
+        """Statements this process's calls to ``name`` have cost so far (benchmarks)."""
+        return self._trips.get(name, 0)
+
+    async def fetchrow(self, name: str, query: str, *args: Any) -> Any:
+        self._trips[name] = self._trips.get(name, 0) + 1
+        return await self.pool.fetchrow(P[query], *args)
 
     # -- the fleet's view -------------------------------------------------------------
 
@@ -335,8 +345,8 @@ class Providers:
         if state is None or state.state == "closed":
             return False
         if name not in self._probing and self._due(state):
-            row = await self.pool.fetchrow(
-                P["take_probe"], name, self.owner, self.circuit.probe_max_s, None
+            row = await self.fetchrow(
+                name, "take_probe", name, self.owner, self.circuit.probe_max_s, None
             )
             if row is not None:
                 self._probing.add(name)
@@ -349,8 +359,9 @@ class Providers:
         raise ProviderUnavailable(state.waiting_line())
 
     async def _failed(self, name: str, exc: TransientError, probe: bool) -> None:
-        row = await self.pool.fetchrow(
-            P["record_failure"],
+        row = await self.fetchrow(
+            name,
+            "record_failure",
             name,
             one_line(exc.message, 300),
             self.circuit.failures,
@@ -379,7 +390,7 @@ class Providers:
         nothing = state is None or (state.state == "closed" and not state.failures)
         if fresh and nothing and not probe:
             return
-        row = await self.pool.fetchrow(P["record_success"], name, None)
+        row = await self.fetchrow(name, "record_success", name, None)
         if state is not None:
             state.state, state.failures, state.failing_since = "closed", 0, None
             STATE.labels(name).set(0)
@@ -388,7 +399,7 @@ class Providers:
 
     async def _rate_limited(self, name: str, exc: RateLimited) -> None:
         if exc.retry_after_s:
-            await self.pool.execute(P["pause_provider"], name, exc.retry_after_s, None)
+            await self.fetchrow(name, "pause_provider", name, exc.retry_after_s, None)
         await self._succeeded(name, False, False)  # a 429 is an answer: the provider is up
 
 
