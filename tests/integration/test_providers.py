@@ -5,6 +5,7 @@ processes; probe intervals are passed by backdating ``next_probe_at``, not by sl
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import anyio
 import asyncpg
 import pytest
+from prometheus_client import REGISTRY
 
 from runtime.documents import DocumentRepository
 from runtime.errors import PermanentError, ProviderUnavailable, RateLimited, TransientError
@@ -62,8 +64,12 @@ async def probe_due_now(pool: asyncpg.Pool[Any], *procs: Providers) -> None:
         await p.refresh()
 
 
+def gauge() -> float | None:
+    return REGISTRY.get_sample_value("ragline_provider_state", {"provider": NAME})
+
+
 async def test_consecutive_failures_across_processes_open_the_circuit(
-    dsn: str, pool: asyncpg.Pool[Any]
+    dsn: str, pool: asyncpg.Pool[Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     a, b = await process(pool, "a"), await process(pool, "b")
     await fail(a)
@@ -72,10 +78,16 @@ async def test_consecutive_failures_across_processes_open_the_circuit(
     assert (await state(pool)).failures == 0
     await fail(a)
     await fail(b)
+    assert gauge() == 0
     async with listening(dsn) as heard:
-        assert await heard.after(fail(a)) == [f"provider:{NAME}"]
+        with caplog.at_level(logging.INFO, logger="runtime.providers"):
+            assert await heard.after(fail(a)) == [f"provider:{NAME}"]
+            await fail(b)  # a failure while open is no transition
+    transitions = [r.getMessage() for r in caplog.records if "circuit" in r.getMessage()]
+    assert len(transitions) == 1 and "circuit open (3 failures in a row" in transitions[0]
+    assert gauge() == 2
     opened = await state(pool)
-    assert (opened.state, opened.failures, opened.stages) == ("open", 3, ["embed"])
+    assert (opened.state, opened.failures, opened.stages) == ("open", 4, ["embed"])
     assert opened.last_error == "cohere embed: HTTP 503: injected"
     assert "unavailable since" in opened.waiting_line() and "(HTTP 503)" in opened.waiting_line()
 
