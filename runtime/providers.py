@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +33,7 @@ import msgspec
 from prometheus_client import Gauge
 
 import schema
+from runtime.dberrors import CONNECTION_ERRORS
 from runtime.errors import (
     ConfigurationError,
     PermanentError,
@@ -325,19 +326,29 @@ class Providers:
             try:
                 yield
             except RateLimited as exc:
-                await self._rate_limited(name, exc)
+                await self._recorded(self._rate_limited(name, exc))
                 raise
             except ProviderUnavailable:
                 raise
             except TransientError as exc:
-                await self._failed(name, exc, probe)
+                await self._recorded(self._failed(name, exc, probe))
                 raise
-            except PermanentError:
-                await self._succeeded(name, probe, fresh)  # the provider answered
+            except PermanentError:  # the provider answered
+                await self._recorded(self._succeeded(name, probe, fresh))
                 raise
-            await self._succeeded(name, probe, fresh)
+            await self._recorded(self._succeeded(name, probe, fresh))
         finally:
-            self._probing.discard(name) if probe else None
+            if probe:
+                self._probing.discard(name)
+
+    @staticmethod
+    async def _recorded(bookkeeping: Awaitable[None]) -> None:
+        """Record a call's outcome; best effort, so that the database going away does not
+        throw away an answer the provider already gave (and was paid for)."""
+        try:
+            await bookkeeping
+        except CONNECTION_ERRORS as exc:
+            log.warning("could not record a provider call's outcome: %s", one_line(str(exc)))
 
     async def _admit(self, name: str) -> bool:
         """True if this call is the probe; raises if the circuit keeps it out."""
