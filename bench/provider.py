@@ -23,6 +23,7 @@ throwaway database on ``DATABASE_URL`` (default: the local server) and prints:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import statistics
@@ -30,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ import msgspec
 
 from bench.queue import (
     THROUGHPUT_POLL_S,
+    Pool,
     bench_database,
     connection,
     heading,
@@ -51,7 +53,7 @@ from bench.queue import (
     server_dsn,
     verdict,
 )
-from runtime.providers import DEFAULT_PROBE_S, Providers, ProviderSpec
+from runtime.providers import DEFAULT_PROBE_S, SESSION_SETTINGS, Providers, ProviderSpec
 from runtime.stage import JobContext, Pipeline
 from runtime.worker import Worker, WorkerConfig
 from tests.support.fleet import run_fleet, start_fleet, submit_embed_jobs
@@ -161,8 +163,22 @@ async def select_one_s(dsn: str, calls: int) -> float:
         return (time.perf_counter() - started) / calls
 
 
-async def overhead_row(dsn: str, spec: ProviderSpec, calls: int, tasks: int) -> tuple[float, float]:
-    async with pool_of(dsn, 4) as pool:
+@contextlib.asynccontextmanager
+async def gate_pool(dsn: str, size: int, durable: bool = False) -> AsyncIterator[Pool]:
+    """A pool as the worker gives its provider gate (``durable``: with every commit
+    flushed, as the job pool's are)."""
+    settings = {} if durable else SESSION_SETTINGS
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=size, server_settings=settings)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+async def overhead_row(
+    dsn: str, spec: ProviderSpec, calls: int, tasks: int, durable: bool = False
+) -> tuple[float, float]:
+    async with gate_pool(dsn, 4, durable) as pool:
         providers = Providers(pool, f"bench-{tasks}", {"embed": (spec,)})
         await providers.register()
         per_call = await timed_calls(providers, calls, tasks)
@@ -181,12 +197,13 @@ async def section_overhead(dsn: str, opts: Options) -> None:
     widths = (44, 12, 16)
     row("gate", "per call", "round trips/call", widths=widths)
     row("bare SELECT 1 (reference)", f"{bare * 1e6:.0f} µs", "1", widths=widths)
-    for label, spec, tasks in (
-        ("circuit only (no budget), 1 caller", circuit_only, 1),
-        ("budget, 1 caller", budget, 1),
-        ("budget, 16 callers in one process", budget, 16),
+    for label, spec, tasks, durable in (
+        ("circuit only (no budget), 1 caller", circuit_only, 1, False),
+        ("budget, 1 caller", budget, 1, False),
+        ("budget, 1 caller, commits flushed (not used)", budget, 1, True),
+        ("budget, 16 callers in one process", budget, 16, False),
     ):
-        per_call, trips = await overhead_row(dsn, spec, opts.calls, tasks)
+        per_call, trips = await overhead_row(dsn, spec, opts.calls, tasks, durable)
         row(label, f"{per_call * 1e6:.0f} µs", f"{trips:.2f}", widths=widths)
     per_call = await contended(dsn, budget, opts.calls)
     row("budget, 3 pools x 4 callers (row contention)", f"{per_call * 1e6:.0f} µs", "-",
@@ -194,7 +211,7 @@ async def section_overhead(dsn: str, opts: Options) -> None:
 
 
 async def contended(dsn: str, spec: ProviderSpec, calls: int) -> float:
-    async with pool_of(dsn, 4) as a, pool_of(dsn, 4) as b, pool_of(dsn, 4) as c:
+    async with gate_pool(dsn, 4) as a, gate_pool(dsn, 4) as b, gate_pool(dsn, 4) as c:
         procs = [Providers(p, f"p{i}", {"embed": (spec,)}) for i, p in enumerate((a, b, c))]
         for p in procs:
             await p.register()

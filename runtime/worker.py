@@ -39,7 +39,7 @@ from runtime.errors import (
     one_line,
 )
 from runtime.models import Failure, Job, JobState
-from runtime.providers import CircuitConfig, Providers, by_stage
+from runtime.providers import SESSION_SETTINGS, CircuitConfig, Providers, by_stage
 from runtime.repository import Claim, Deferral, JobRepository, Pool, Rescued
 from runtime.rescuer import Rescuer, RescuerConfig
 from runtime.stage import DbConn, Pipeline, Stage, Writer
@@ -252,10 +252,14 @@ class Worker:
 
     async def run(self) -> None:
         """Work until stopped (signal, :meth:`stop`, or idle with ``exit_when_idle``)."""
-        async with self._pool() as pool, self.pipeline.running():
+        specs = by_stage(self.pipeline.stage(n) for n in self.config.stages)
+        async with (
+            self._pool() as pool,
+            self._pool(size=2, settings=SESSION_SETTINGS) as provider_pool,
+            self.pipeline.running(),
+        ):
             self._repo = JobRepository(pool)
-            specs = by_stage(self.pipeline.stage(n) for n in self.config.stages)
-            self.providers = Providers(pool, self.id, specs, self.config.circuit)
+            self.providers = Providers(provider_pool, self.id, specs, self.config.circuit)
             self._completer = Completer(
                 self._repo, self.id, self.config.lease_s, self.clock, own_free=self._free_slots
             )
@@ -272,8 +276,10 @@ class Worker:
                 self.log.info("worker stopped")
 
     @contextlib.asynccontextmanager
-    async def _pool(self) -> AsyncIterator[Pool]:
-        size = sum(self.config.concurrency[s] for s in self.config.stages) + 3
+    async def _pool(
+        self, size: int = 0, settings: Mapping[str, str] | None = None
+    ) -> AsyncIterator[Pool]:
+        size = size or sum(self.config.concurrency[s] for s in self.config.stages) + 3
         # min_size=0: nothing connects eagerly, so a worker starts while the database
         # is still down and connects when it comes back.
         pool = await asyncpg.create_pool(
@@ -284,7 +290,7 @@ class Worker:
             # The engine's queries are written to plan well generically (schema/queries/
             # stage_jobs.sql); re-planning the hot statement per call cost more than
             # running it (0.4 ms of a 0.5 ms hop).
-            server_settings={"plan_cache_mode": "force_generic_plan"},
+            server_settings={"plan_cache_mode": "force_generic_plan", **(settings or {})},
         )
         try:
             yield pool
