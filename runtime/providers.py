@@ -364,7 +364,13 @@ class Providers:
             return False
         if name not in self._probing and self._due(state):
             row = await self.fetchrow(
-                name, "take_probe", name, self.owner, self.circuit.probe_max_s, None
+                name,
+                "take_probe",
+                name,
+                self.owner,
+                self.circuit.probe_s,
+                self.circuit.probe_max_s,
+                None,
             )
             if row is not None:
                 self._probing.add(name)

@@ -50,6 +50,8 @@ CREATE TABLE stage_jobs (
     -- When the job's current run of transient failures began (NULL: none since it last
     -- made progress); transient faults retry until RAGLINE_RETRY_FOR has passed.
     transient_since   timestamptz,
+    -- Transient failures since then: the exponent of the job's backoff.
+    transient_failures integer NOT NULL DEFAULT 0 CHECK (transient_failures >= 0),
     CHECK (state <> 'running' OR (lease_token IS NOT NULL AND lease_expires_at IS NOT NULL))
 );
 

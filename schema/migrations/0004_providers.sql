@@ -31,3 +31,6 @@ CREATE TABLE providers (
 
 -- NULL while the job has not failed transiently since it last made progress.
 ALTER TABLE stage_jobs ADD COLUMN transient_since timestamptz;
+-- Transient failures since then: the exponent of the job's backoff.
+ALTER TABLE stage_jobs ADD COLUMN transient_failures integer NOT NULL DEFAULT 0
+    CHECK (transient_failures >= 0);

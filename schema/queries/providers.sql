@@ -111,14 +111,16 @@ FROM upd;
 
 -- name: take_probe
 -- Half-open: let this caller's call be the one probe, if a probe is due (the circuit is
--- open and its interval has passed, or the last probe's caller took longer than $3 s,
--- e.g. it died). Returns a row only to the one caller that got it.
--- $1 provider, $2 owner, $3 seconds the probe may take, $4 now
+-- open and its interval has passed, or the last probe's caller has not reported within
+-- one interval, e.g. it died). Returns a row only to the one caller that got it. Either
+-- way at most one call per probe interval reaches the provider.
+-- $1 provider, $2 owner, $3 first probe interval s, $4 probe interval cap s, $5 now
 UPDATE providers
 SET state = 'half_open', probe_owner = $2,
-    next_probe_at = coalesce($4, now()) + make_interval(secs => $3::float8),
-    changed_at = coalesce($4, now())
-WHERE name = $1 AND state IN ('open', 'half_open') AND next_probe_at <= coalesce($4, now())
+    next_probe_at = coalesce($5, now())
+        + make_interval(secs => least($4::float8, $3::float8 * 2 ^ least(probes, 30))),
+    changed_at = coalesce($5, now())
+WHERE name = $1 AND state IN ('open', 'half_open') AND next_probe_at <= coalesce($5, now())
 RETURNING name, next_probe_at;
 
 -- name: pause_provider

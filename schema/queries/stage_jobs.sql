@@ -310,37 +310,45 @@ FROM requeued AS r;
 
 -- name: defer_job
 -- A transient failure (a provider's fault or 429, the database, an open circuit): hand
--- the job back without counting the attempt. The delay grows with how long the job's
--- failures have lasted, not with a count (about doubling per retry, equal jitter,
--- capped); once they have lasted longer than the retry budget, the job fails and the
--- document with it. An attempt that checkpointed progress starts the clock over.
+-- the job back without counting the attempt, to retry after a capped exponential backoff
+-- in the number of its transient failures (equal jitter; a Retry-After is a floor). Once
+-- its failures have lasted longer than the retry budget (a time, not a count), the job
+-- fails and the document with it. An attempt that checkpointed progress starts both the
+-- clock and the count over.
 -- $1 job id, $2 lease token, $3 one-line error, $4 error kind, $5 least delay s
--- (Retry-After), $6 base delay s (0: no backoff, e.g. the circuit is open and claims
--- are held anyway), $7 cap s, $8 retry budget s, $9 jitter in [0, 1), $10 progressed,
--- $11 now
+-- (Retry-After), $6 base delay s (0: no backoff and no count, e.g. the circuit is open
+-- and holds claims anyway), $7 cap s, $8 retry budget s, $9 jitter in [0, 1),
+-- $10 progressed, $11 now
 WITH cur AS (
-    SELECT id, CASE WHEN $10::boolean THEN NULL ELSE transient_since END AS since
+    SELECT id,
+           CASE WHEN $10::boolean THEN NULL ELSE transient_since END AS since,
+           CASE WHEN $10::boolean THEN 0 ELSE transient_failures END AS failures
     FROM stage_jobs
     WHERE id = $1 AND lease_token = $2 AND state = 'running'
     FOR UPDATE
 ), t AS (
     SELECT id, coalesce(since, coalesce($11, now())) AS since,
+           failures + CASE WHEN $6::float8 > 0 THEN 1 ELSE 0 END AS failures,
            extract(epoch FROM coalesce($11, now()) - coalesce(since, coalesce($11, now())))
                ::float8 AS elapsed
     FROM cur
 ), deferred AS (
     UPDATE stage_jobs AS j
-    SET state = CASE WHEN t.elapsed > $8::float8 THEN 'failed' ELSE 'queued' END::ragline_job_state,
+    SET state = CASE WHEN t.elapsed > $8::float8 THEN 'failed' ELSE 'queued' END
+                ::ragline_job_state,
         attempts = CASE WHEN t.elapsed > $8 THEN j.attempts
                         ELSE greatest(j.attempts - 1, 0) END,
         transient_since = t.since,
+        transient_failures = t.failures,
         run_after = coalesce($11, now()) + make_interval(secs => greatest(
             least($5::float8, $7::float8),
-            CASE WHEN $6::float8 > 0 THEN least($7, greatest($6, t.elapsed)) * (0.5 + 0.5 * $9::float8)
+            CASE WHEN $6::float8 > 0
+                 THEN least($7, $6 * 2 ^ least(greatest(t.failures - 1, 0), 30))
+                      * (0.5 + 0.5 * $9::float8)
                  ELSE 0 END)),
         last_error = CASE WHEN t.elapsed > $8
                           THEN $3::text || format(' (still failing after %s s of retries)',
-                                            round(t.elapsed))
+                                                  round(t.elapsed))
                           ELSE $3 END,
         error_kind = $4::text,
         lease_token = NULL,
