@@ -22,12 +22,10 @@ from runtime.providers import CircuitConfig, Providers, ProviderSpec, provider_s
 from runtime.repository import JobRepository
 from runtime.stage import JobContext, Pipeline
 from runtime.worker import Worker, WorkerConfig
-from tests.support.backends import anyio_backend
 from tests.support.notify import listening
 from tests.support.pipelines import STAGES, ScriptedStage
 
 pytestmark = pytest.mark.anyio
-__all__ = ["anyio_backend"]
 
 NAME = "cohere/embed-v4.0"
 SPEC = ProviderSpec(name=NAME)
