@@ -272,6 +272,20 @@ async def pair_ratios(dsn: str, opts: Options, slots: int) -> tuple[list[float],
     return plain, declaring
 
 
+async def claim_check_s(dsn: str, checks: int = 200_000) -> float:
+    """Seconds the worker's circuit check adds per hop (one ``claimable`` before a claim,
+    one ``blocked`` per completion), measured alone: the end-to-end ratio below moves
+    with the machine's load by far more than this."""
+    async with gate_pool(dsn, 2) as pool:
+        providers = Providers(pool, "bench", {s: (ProviderSpec(name=NAME),) for s in STAGES})
+        await providers.register()
+        started = time.perf_counter()
+        for _ in range(checks):
+            providers.claimable("embed", 4)
+            providers.blocked("embed")
+        return (time.perf_counter() - started) / checks
+
+
 async def section_hops(dsn: str, opts: Options) -> None:
     heading(
         f"3. bench.queue hops/s, {opts.docs} documents: stages declaring a provider vs "
@@ -299,6 +313,11 @@ async def section_hops(dsn: str, opts: Options) -> None:
         )
         print(f"  raw plain {[round(v) for v in plain]}, with circuit "
               f"{[round(v) for v in declaring]}", flush=True)  # fmt: skip
+    check = await claim_check_s(dsn)
+    print(
+        f"  the circuit check alone: {check * 1e6:.2f} µs per hop, "
+        f"{check * statistics.median(plain):.3%} of a hop at the last plain rate"
+    )
 
 
 # -- 4. a full outage on default settings ---------------------------------------------------
