@@ -173,6 +173,8 @@ class _Budget:
         async with self.lock:
             if ask.due is None:
                 batch, self.pending = self.pending, []
+                if ask not in batch:  # its batch's reservation failed (the database)
+                    batch.append(ask)
                 await self._reserve(batch)
         assert ask.due is not None
         await anyio.sleep(max(0.0, ask.due - time.monotonic()))
