@@ -10,8 +10,8 @@ from typing import Any
 import anyio
 import asyncpg
 
-from runtime.errors import DatabaseUnavailable
-from runtime.migrate import migrate
+from runtime.errors import ConfigurationError, DatabaseUnavailable
+from runtime.migrate import migrate, pending
 
 
 @contextlib.contextmanager
@@ -39,6 +39,21 @@ async def ensure_schema(dsn: str) -> list[int]:
         return await migrate(conn)
     finally:
         await conn.close()
+
+
+async def check_schema(dsn: str) -> None:
+    """Raise :class:`ConfigurationError` when migrations are pending (``--no-auto-migrate``)."""
+    conn = await connect(dsn)
+    try:
+        missing = await pending(conn)
+    finally:
+        await conn.close()
+    if missing:
+        raise ConfigurationError(
+            f"the database lacks {len(missing)} of ragline's schema migrations "
+            f"(first: {missing[0]:04d}) and auto-migrate is off: run 'ragline migrate' "
+            f"or drop --no-auto-migrate / RAGLINE_AUTO_MIGRATE=false"
+        )
 
 
 @contextlib.asynccontextmanager

@@ -87,7 +87,10 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
         if self.lease_s <= 0 or self.poll_s <= 0 or self.grace_s < 0:
             raise ConfigurationError("lease_s and poll_s must be > 0, grace_s >= 0")
         if self.heartbeat_s and self.heartbeat_s >= self.lease_s:
-            raise ConfigurationError("heartbeat_s must be shorter than lease_s")
+            raise ConfigurationError(
+                f"heartbeat_s (RAGLINE_HEARTBEAT_S, {self.heartbeat_s:g}) must be shorter "
+                f"than lease_s (RAGLINE_LEASE_S, {self.lease_s:g})"
+            )
 
     @property
     def heartbeat_every_s(self) -> float:
