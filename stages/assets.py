@@ -379,7 +379,7 @@ def _leftovers(root: Path) -> list[Leftover]:
     if not root.is_dir():
         return found
     now = time.time()
-    keep = {root, root / _INCOMING}
+    keep = {root, root / _INCOMING, root / "documents"}
     filled: set[Path] = set()
     for dirpath, dirnames, filenames in os.walk(root, topdown=False):
         here = Path(dirpath)

@@ -436,7 +436,7 @@ def verify_cmd(app: App, repair: bool, as_json: bool) -> None:
     else:
         click.echo(
             f"{report.documents} document(s), {report.points} point(s), "
-            f"{len(report.problems)} problem(s)"
+            f"{len(report.problems) + len(report.store)} problem(s)"
         )
         for p in report.problems:
             click.echo(
@@ -445,6 +445,11 @@ def verify_cmd(app: App, repair: bool, as_json: bool) -> None:
                 f"files missing {len(p.missing_files)}"
                 + (" (orphan)" if p.orphan else "")
                 + (f" -> {p.repair}" if p.repair else "")
+            )
+        for sp in report.store:
+            click.echo(
+                f"  asset store: {sp.kind} {escape_name(sp.path)} ({sp.age_s:.0f} s old)"
+                + (f" -> {sp.repair}" if sp.repair else "")
             )
     sys.exit(EXIT_OK if report.clean else EXIT_FAILED)
 
