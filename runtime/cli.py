@@ -50,13 +50,15 @@ class App(msgspec.Struct, kw_only=True):
     def build_context(self) -> BuildContext:
         return BuildContext(data_dir=self.data_dir, env=dict(os.environ))
 
-    def with_database(self, body: Callable[[str], T], *, schema_check: bool = True) -> T:
+    def with_database(
+        self, body: Callable[[str], T], *, schema_check: bool = True, supervise: bool = False
+    ) -> T:
         """Run ``body(dsn)`` with the database up (embedded if needed) and migrated.
 
         With ``--no-auto-migrate``, a database with pending migrations is refused (exit 2)
         before anything touches it, instead of failing query by query.
         """
-        with database(self.database_url, self.data_dir) as dsn:
+        with database(self.database_url, self.data_dir, supervise=supervise) as dsn:
             if self.auto_migrate:
                 run_async(ensure_schema, dsn)
             elif schema_check:
@@ -377,7 +379,7 @@ def run_workers(app: App, opts: Mapping[str, Any]) -> None:
     def body(dsn: str) -> None:
         run_async(Worker(pipeline, dsn, config).run)
 
-    app.with_database(body)
+    app.with_database(body, supervise=True)
 
 
 def guarded(body: Callable[[], T]) -> T:
@@ -449,10 +451,26 @@ def db() -> None:
 
 
 @db.command("stop")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Ask the processes using it to stop (SIGTERM), wait for them, then stop it.",
+)
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="With --force: seconds to wait for those processes.",
+)
 @click.pass_obj
-def db_stop(app: App) -> None:
-    """Stop the embedded PostgreSQL under --data-dir, even if processes still use it."""
+def db_stop(app: App, force: bool, wait_s: float) -> None:
+    """Stop the embedded PostgreSQL under --data-dir; refused while ragline processes use
+    it, unless --force."""
     from runtime.embedded import EmbeddedPostgres
+    from runtime.supervisor import stop_embedded
 
-    stopped = guarded(lambda: EmbeddedPostgres(app.data_dir).stop())
+    cluster = EmbeddedPostgres(app.data_dir)
+    stopped = guarded(lambda: stop_embedded(cluster, force=force, wait_s=wait_s))
     click.echo("stopped" if stopped else "not running")

@@ -15,15 +15,28 @@ from runtime.migrate import migrate, pending
 
 
 @contextlib.contextmanager
-def database(database_url: str | None, data_dir: Path) -> Iterator[str]:
-    """Yield a DSN; starts (or joins) the embedded cluster when no URL is given."""
+def database(database_url: str | None, data_dir: Path, *, supervise: bool = False) -> Iterator[str]:
+    """Yield a DSN; starts (or joins) the embedded cluster when no URL is given.
+
+    ``supervise``: start the embedded cluster again whenever it dies while the block runs
+    (:mod:`runtime.supervisor`), for commands that run workers.
+    """
     if database_url:
         yield database_url
         return
-    from runtime.embedded import embedded_postgres
+    from runtime.embedded import EmbeddedPostgres
+    from runtime.supervisor import Supervisor
 
-    with embedded_postgres(data_dir) as dsn:
-        yield dsn
+    cluster = EmbeddedPostgres(data_dir)
+    dsn = cluster.acquire()
+    try:
+        if supervise:
+            with Supervisor(cluster).running():
+                yield dsn
+        else:
+            yield dsn
+    finally:
+        cluster.release()
 
 
 async def connect(dsn: str, timeout_s: float = 10.0) -> asyncpg.Connection[Any]:
@@ -59,7 +72,9 @@ async def check_schema(dsn: str) -> None:
 @contextlib.asynccontextmanager
 async def open_pool(dsn: str, max_size: int = 10) -> AsyncIterator[asyncpg.Pool[Any]]:
     try:
-        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=max_size)
+        # min_size=0: a pool that keeps a floor of connections logs a traceback each time
+        # it fails to restore one during an outage; connections open on first use.
+        pool = await asyncpg.create_pool(dsn, min_size=0, max_size=max_size)
     except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
         raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
     try:

@@ -54,6 +54,8 @@ ALL_OURS = 2**31 - 1
 DEFAULT_LEASE_S = 60.0
 DEFAULT_POLL_S = 2.0
 DEFAULT_GRACE_S = 10.0
+#: While the database is unreachable, each place logs it at most once this often.
+DB_LOG_EVERY_S = 5.0
 
 
 def new_worker_id() -> str:
@@ -206,6 +208,7 @@ class Worker:
         self._completer: Completer | None = None
         #: Stages other live workers serve; None (unknown) counts as all of them.
         self._peer_stages: set[str] | None = None
+        self._db_logged: dict[str, float] = {}
         self.log = logging.LoggerAdapter(log, {"worker": self.id})
 
     @property
@@ -689,8 +692,16 @@ class Worker:
             # Connections opened before the failure may be half-dead: replace them all on
             # their next use instead of finding out one query at a time.
             await self._repo.pool.expire_connections()
-        self.log.warning(
-            "database unavailable (%s): %s", where, one_line(f"{type(exc).__name__}: {exc}")
+        # One line per place per few seconds: an outage must not flood the log.
+        now = time.monotonic()
+        quiet = now - self._db_logged.get(where, -DB_LOG_EVERY_S) < DB_LOG_EVERY_S
+        if not quiet:
+            self._db_logged[where] = now
+        self.log.log(
+            logging.DEBUG if quiet else logging.WARNING,
+            "database unavailable (%s): %s",
+            where,
+            one_line(f"{type(exc).__name__}: {exc}"),
         )
 
 

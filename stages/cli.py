@@ -229,7 +229,7 @@ def ingest(
             return await final_summary(pool, ids, refused + more, finished)
 
     report_refused(refused)
-    summary = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    summary = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn), supervise=True))
     print_summary(summary, as_json)
     if summary.interrupted:
         sys.exit(EXIT_INTERRUPTED)
