@@ -50,6 +50,13 @@ class RateLimited(TransientError):
     kind = "rate_limited"
 
 
+class StorageFull(TransientError):
+    """Storage is full (the database's disk or the asset store); the job waits for space
+    without counting an attempt."""
+
+    kind = "storage_full"
+
+
 class InvalidDocument(PermanentError):
     """The document cannot be read."""
 

@@ -28,12 +28,13 @@ from runtime import metrics
 from runtime.backoff import Reconnect, retry_delay_s
 from runtime.clock import Clock
 from runtime.completer import Completer
-from runtime.dberrors import CONNECTION_ERRORS
+from runtime.dberrors import CONNECTION_ERRORS, is_storage_full
 from runtime.errors import (
     ConfigurationError,
     LeaseLost,
     RateLimited,
     StageError,
+    StorageFull,
     TransientError,
     one_line,
 )
@@ -101,7 +102,10 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 #: Failures that are not the document's: a provider's rate limit, our database going away.
 #: The job is handed back with a delay and its attempt is not counted.
-NOT_COUNTED = frozenset({RateLimited.kind, "database"})
+NOT_COUNTED = frozenset({RateLimited.kind, "database", StorageFull.kind})
+#: A job handed back because storage was full waits at least this long: space rarely
+#: comes back within seconds, and every retry would fail the same way meanwhile.
+STORAGE_FULL_RETRY_S = 15.0
 
 
 class Success(msgspec.Struct, frozen=True):
@@ -159,8 +163,19 @@ class Context:
             await write(conn)
 
 
+def storage_full(exc: BaseException) -> Failure:
+    return Failure(
+        message=one_line(f"storage full: {type(exc).__name__}: {exc}"),
+        kind=StorageFull.kind,
+        permanent=False,
+        retry_after_s=STORAGE_FULL_RETRY_S,
+    )
+
+
 def failure_of(exc: BaseException) -> Failure:
     """Classify an exception from a stage: permanent, transient, or rate-limited."""
+    if is_storage_full(exc) and not isinstance(exc, StageError):
+        return storage_full(exc)
     if isinstance(exc, StageError):
         retry_after = exc.retry_after_s if isinstance(exc, TransientError) else None
         return Failure(
@@ -410,6 +425,8 @@ class Worker:
         return Lost() if flight.lost else Shutdown()
 
     async def _classify(self, exc: Exception) -> Failure:
+        if is_storage_full(exc):
+            return failure_of(exc)
         if isinstance(exc, CONNECTION_ERRORS) and not isinstance(exc, StageError):
             # Our database blinked: not the document's fault. Hand the job back.
             await self._db_error("stage", exc)
@@ -427,13 +444,22 @@ class Worker:
         """Write the outcome, retrying through connection errors until the lease would
         have expired anyway (after that the sweep owns the job). Returns the stage's next
         job when the completion leased one."""
-        deadline = flight.renewed_at + self.config.lease_s
         reconnect = Reconnect(max_s=2.0)
         while True:
             try:
                 return await self._write_outcome(flight, outcome, jlog)
-            except CONNECTION_ERRORS as exc:
-                await self._db_error("settle", exc)
+            except Exception as exc:
+                if is_storage_full(exc) and not isinstance(outcome, Failure):
+                    # Its output does not fit: hand the job back instead (not counted).
+                    jlog.warning("storage full, output not written: %s", one_line(str(exc)))
+                    metrics.STORAGE_FULL.labels(flight.stage.name, "settle").inc()
+                    outcome = storage_full(exc)
+                elif is_storage_full(exc) or isinstance(exc, CONNECTION_ERRORS):
+                    await self._db_error("settle", exc)
+                else:
+                    raise
+                # The heartbeat keeps renewing a settling job's lease.
+                deadline = flight.renewed_at + self.config.lease_s
                 if time.monotonic() + reconnect.first_s >= deadline:
                     jlog.warning(
                         "could not record outcome before the lease ran out; "
@@ -510,16 +536,22 @@ class Worker:
         job, name = flight.job, flight.stage.name
         now = self.clock.db_now()
         if failure.kind in NOT_COUNTED:
+            floor_s = failure.retry_after_s
+            if failure.kind == StorageFull.kind:  # scales with the retry base (tests)
+                floor_s = min(STORAGE_FULL_RETRY_S, 8 * self.config.retry_base_s)
             delay = retry_delay_s(
                 job.attempts,
                 base_s=self.config.retry_base_s,
                 cap_s=self.config.retry_cap_s,
-                retry_after_s=failure.retry_after_s,
+                retry_after_s=floor_s,
             )
             await self.repo.release(job, delay, failure.message, failure.kind, now)
             if failure.kind == RateLimited.kind:
                 metrics.RATE_LIMITED.labels(name).inc()
-            jlog.info("%s; retrying in %.1fs (attempt not counted)", failure.message, delay)
+            elif failure.kind == StorageFull.kind:
+                metrics.STORAGE_FULL.labels(name, "job").inc()
+            level = logging.WARNING if failure.kind == StorageFull.kind else logging.INFO
+            jlog.log(level, "%s; retrying in %.1fs (attempt not counted)", failure.message, delay)
             return
         delay = retry_delay_s(
             job.attempts,

@@ -42,6 +42,7 @@ from runtime.errors import (
     MissingInput,
     PermanentError,
     RateLimited,
+    StorageFull,
     TransientError,
     one_line,
 )
@@ -527,6 +528,8 @@ def _translate_s3(exc: S3Error, key: str, what: str) -> Exception:
         return _missing(key)
     if exc.code == "SlowDown" or status == 429:
         return RateLimited(what)
+    if exc.code == "XMinioStorageFull" or status == 507:  # 507 Insufficient Storage
+        return StorageFull(what)
     if exc.code in _TRANSIENT_S3_CODES or status >= 500 or status == 408:
         return TransientError(what)
     return PermanentError(what)
