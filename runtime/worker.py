@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import secrets
 import signal
-import socket
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -38,6 +35,7 @@ from runtime.errors import (
     TransientError,
     one_line,
 )
+from runtime.identity import new_worker_id
 from runtime.models import Failure, Job, JobState
 from runtime.repository import Claim, JobRepository, Pool
 from runtime.rescuer import Rescuer, RescuerConfig
@@ -57,11 +55,6 @@ DEFAULT_POLL_S = 2.0
 DEFAULT_GRACE_S = 10.0
 #: While the database is unreachable, each place logs it at most once this often.
 DB_LOG_EVERY_S = 5.0
-
-
-def new_worker_id() -> str:
-    """``host:pid:random``, unique per process start."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
 class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
