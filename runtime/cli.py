@@ -22,6 +22,7 @@ from runtime import logs
 from runtime.database import check_schema, database, ensure_schema
 from runtime.errors import ConfigurationError, RaglineError, one_line
 from runtime.plugin import DEFAULT_PIPELINE, BuildContext, Plugin, load_plugin
+from runtime.private import make_private
 from runtime.settings import ENGINE_SETTINGS, MAX_CONCURRENCY, validate_env, validate_options
 from runtime.worker import DEFAULT_GRACE_S, DEFAULT_LEASE_S, DEFAULT_POLL_S, Worker, WorkerConfig
 
@@ -301,8 +302,8 @@ def main(ctx: click.Context, /, **opts: Any) -> None:
 
     Without a command, runs stage workers (all stages, or --stages) until SIGTERM/SIGINT.
     """
-    os.umask(0o077)  # private by default: everything ragline creates is owner-only
     guarded(lambda: check_settings(opts))
+    guarded(lambda: make_private(opts["data_dir"]))  # and the umask: 0600 / 0700
     logs.configure(opts["log_level"], opts["log_format"])
     ctx.obj = App(
         database_url=opts["database_url"],
