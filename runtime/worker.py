@@ -217,6 +217,7 @@ class Worker:
         #: Stages other live workers serve; None (unknown) counts as all of them.
         self._peer_stages: set[str] | None = None
         self._db_logged: dict[str, float] = {}
+        self._stopped_at: float | None = None
         self.log = logging.LoggerAdapter(log, {"worker": self.id})
 
     @property
@@ -227,6 +228,8 @@ class Worker:
 
     def stop(self) -> None:
         """Stop claiming; in-flight jobs get ``grace_s`` to finish, then are released."""
+        if self._stopped_at is None:
+            self._stopped_at = time.monotonic()
         self._stopping.set()
         for event in self._wake.values():
             event.set()
@@ -451,11 +454,15 @@ class Worker:
                     await self._db_error("settle", exc)
                 else:
                     raise
-                # The heartbeat keeps renewing a settling job's lease.
+                # The heartbeat keeps renewing a settling job's lease; once stopping, the
+                # grace period bounds the wait (Ctrl-C during an outage must end).
                 deadline = flight.renewed_at + self.config.lease_s
+                if self._stopped_at is not None:
+                    deadline = min(deadline, self._stopped_at + self.config.grace_s)
                 if time.monotonic() + reconnect.first_s >= deadline:
                     jlog.warning(
-                        "could not record outcome before the lease ran out; "
+                        "could not record the outcome (database unreachable) before the "
+                        "lease or the grace period ran out; "
                         "the sweep will requeue the job"
                     )
                     return None

@@ -23,6 +23,7 @@ from runtime.cli import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_USAGE,
     App,
     guarded,
     run_async,
@@ -294,6 +295,7 @@ def print_summary(summary: IngestSummary, as_json: bool) -> None:
 @click.pass_obj
 def search(app: App, query: str, limit: int, as_json: bool) -> None:
     """Embed QUERY with the configured embedder and print the closest chunks."""
+    check_query(query, limit)
 
     async def go() -> list[dict[str, Any]]:
         services = services_for(app.build_context())
@@ -318,6 +320,27 @@ def search(app: App, query: str, limit: int, as_json: bool) -> None:
             f"{h['score']:.3f}  {escape_name(str(h.get('filename')))}  p.{h.get('page_start')}"
             f"-{h.get('page_end')}  {h.get('document_id')}\n    {text[:200]}"
         )
+
+
+#: ``search -k`` beyond this is a typo, not a question.
+MAX_RESULTS = 1000
+
+
+def check_query(query: str, limit: int) -> None:
+    """One line and exit 2 for what cannot be a search (before loading any model)."""
+    problem = None
+    if not 1 <= limit <= MAX_RESULTS:
+        problem = f"-k/--limit must be from 1 to {MAX_RESULTS}, got {limit}"
+    elif not query.strip():
+        problem = "the query is empty"
+    else:
+        try:
+            query.encode("utf-8")
+        except UnicodeEncodeError:
+            problem = f"the query is not valid UTF-8: {escape_name(query)}"
+    if problem:
+        click.echo(f"ragline: search: {problem}", err=True)
+        sys.exit(EXIT_USAGE)
 
 
 COMMANDS: list[click.Command] = [submit, ingest, search]
