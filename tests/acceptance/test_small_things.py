@@ -29,7 +29,7 @@ from tests.support.tcp_proxy import TcpProxy
 def test_refused_with_one_line(
     dsn: str, tmp_path: Path, args: tuple[str, ...], env: dict[str, str], expected: str
 ) -> None:
-    result = Cli(dsn, tmp_path / "data", tmp_path / "logs").run(*args, **env)
+    result = Cli(dsn, tmp_path / "data", tmp_path / "logs", **env).run(*args)
     assert result.code == EXIT_USAGE, result
     assert len(result.err_lines) == 1 and expected in result.err, result
     assert "Traceback" not in result.err
