@@ -693,6 +693,10 @@ class EmbeddedPostgres:
             self._stop(_run_as(self._pg_dir))
             return True
 
+    def registered(self) -> bool:
+        """Whether this instance's entry in the users registry is there."""
+        return self._registration is not None and self._registration.exists()
+
     def live_users(self) -> list[int]:
         """Pids of the live processes using the cluster, other than this one."""
         if not self._data_dir.is_dir():

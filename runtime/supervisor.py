@@ -40,6 +40,8 @@ class Supervisor:
     def check_once(self) -> bool:
         """Start the cluster again if it is gone; True if this call found it gone."""
         if self.cluster.is_running():
+            if not self.cluster.registered():  # removed under us (a forced stop)
+                self.cluster.acquire()
             return False
         log.warning("the embedded PostgreSQL is not running; starting it again")
         self.cluster.acquire()  # under the lock: whoever gets there first starts it
