@@ -290,7 +290,12 @@ def _report(chaos: Chaos, docs: Docs, found: Findings, wall_s: float) -> int:
             "duplicates / orphans / missing",
             f"{found.duplicates()} / {found.orphan_points} / {found.missing()}",
         ),
-        ("verify", "clean" if found.verify.clean else f"{len(found.verify.problems)} problem(s)"),
+        (
+            "verify",
+            ("clean" if found.verify.clean else f"{len(found.verify.problems)} problem(s)")
+            + f"; asset store: {len(found.verify.store)} leftover(s) of killed writes "
+            f"({len(found.verify.settled_store)} older than the grace period)",
+        ),
     ]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:

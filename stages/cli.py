@@ -459,7 +459,7 @@ def verify_cmd(app: App, repair: bool, as_json: bool) -> None:
     else:
         click.echo(
             f"{report.documents} document(s), {report.points} point(s), "
-            f"{len(report.problems) + len(report.store)} problem(s)"
+            f"{len(report.problems) + len(report.settled_store)} problem(s)"
         )
         for p in report.problems:
             click.echo(
@@ -471,7 +471,8 @@ def verify_cmd(app: App, repair: bool, as_json: bool) -> None:
             )
         for sp in report.store:
             click.echo(
-                f"  asset store: {sp.kind} {escape_name(sp.path)} ({sp.age_s:.0f} s old)"
+                f"  asset store: {sp.kind} {escape_name(sp.path)} ({sp.age_s:.0f} s old"
+                + (", recent: may be a write in flight)" if sp.recent else ")")
                 + (f" -> {sp.repair}" if sp.repair else "")
             )
     sys.exit(EXIT_OK if report.clean else EXIT_FAILED)

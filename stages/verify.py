@@ -42,6 +42,9 @@ class StoreProblem(msgspec.Struct, kw_only=True):
     #: "orphan object" (no document has it), "temporary file", "empty directory".
     kind: str
     age_s: float
+    #: Younger than the grace period: may be a write in flight. Reported, but it does not
+    #: make the report unclean, and ``repair`` leaves it alone.
+    recent: bool = False
     repair: str | None = None
 
 
@@ -53,7 +56,11 @@ class Report(msgspec.Struct, kw_only=True):
 
     @property
     def clean(self) -> bool:
-        return not self.problems and not self.store
+        return not self.problems and not self.settled_store
+
+    @property
+    def settled_store(self) -> list[StoreProblem]:
+        return [p for p in self.store if not p.recent]
 
 
 #: ``repair`` leaves younger orphans and leftovers alone: a submit in flight has stored
@@ -135,6 +142,8 @@ async def check_store(services: Services, docs: list[Document]) -> list[StorePro
         StoreProblem(path=left.path, kind=left.kind, age_s=left.age_s)
         for left in await store.leftovers()
     ]
+    for p in found:
+        p.recent = p.age_s < ORPHAN_GRACE_S
     return found
 
 
@@ -157,7 +166,7 @@ async def repair_store(services: Services, report: Report, grace_s: float, known
     """Delete orphan objects and leftovers older than ``grace_s``."""
     for p in report.store:
         if p.age_s < grace_s:
-            p.repair = f"left alone: younger than {grace_s:.0f} s (a write may be in flight)"
+            p.repair = f"left alone: younger than {grace_s:.0f} s (may be a write in flight)"
         elif p.kind == "orphan object":
             await _delete_orphan(services, p.path, known)
             p.repair = "deleted"

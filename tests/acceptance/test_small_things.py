@@ -10,8 +10,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from runtime.cli import EXIT_INTERRUPTED, EXIT_USAGE
+from runtime.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from tests.support.cli import Cli, sql
+from tests.support.db import Databases
 from tests.support.procs import wait_for
 from tests.support.tcp_proxy import TcpProxy
 
@@ -62,3 +63,22 @@ def test_ctrl_c_during_a_database_outage_exits_130(dsn: str, tmp_path: Path) -> 
     assert result.code == EXIT_INTERRUPTED, result
     assert "Traceback" not in result.err
     assert "interrupted: run the same command again to resume" in result.err, result
+
+
+def test_no_auto_migrate_on_an_unmigrated_database(databases: Databases, tmp_path: Path) -> None:
+    name = databases.empty()
+    try:
+        cli = Cli(databases.dsn(name), tmp_path / "data", tmp_path / "logs")
+        result = cli.run("--no-auto-migrate", "status")
+        assert result.code == EXIT_USAGE, result
+        assert len(result.err_lines) == 1 and "run 'ragline migrate'" in result.err, result
+    finally:
+        databases.drop(name)
+
+
+def test_ingest_runs_every_stage_whatever_ragline_stages_says(dsn: str, tmp_path: Path) -> None:
+    """An environment shared with a split-stage deployment used to make ingest hang."""
+    cli = Cli(dsn, tmp_path / "data", tmp_path / "logs", RAGLINE_STAGES="parse")
+    result = cli.run("ingest", "samples/sourdough.pdf", timeout_s=90)
+    assert result.code == EXIT_OK, result
+    assert "ready: 1  failed: 0" in result.out, result
