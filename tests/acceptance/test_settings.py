@@ -21,7 +21,7 @@ from runtime import commands  # noqa: F401  (registers status, as python -m runt
 from runtime.cli import EXIT_USAGE, main
 from runtime.settings import ENGINE_SETTINGS, Setting
 from stages.settings import PIPELINE_SETTINGS
-from tests.support.cli import Cli
+from tests.support.cli import Cli, sql
 from tests.support.procs import REPO
 
 TABLE: tuple[Setting, ...] = (*ENGINE_SETTINGS, *PIPELINE_SETTINGS)
@@ -97,8 +97,10 @@ def test_combinations_and_services_are_checked_at_start(
 
 
 def test_real_processes(tmp_path: Path, dsn: str) -> None:
-    """As a user meets them: subprocesses, exit 2, one line; a metrics port in use too."""
+    """As a user meets them: subprocesses, exit 2, one line; a metrics port in use too.
+    Documents are queued first: a misconfigured worker must not claim any of them."""
     cli = Cli(dsn, tmp_path / "data", tmp_path / "logs")
+    assert cli.run("submit", "samples/").code == 0
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -108,9 +110,13 @@ def test_real_processes(tmp_path: Path, dsn: str) -> None:
             (cli.start("ingest", "samples/", RAGLINE_EMBEDDER="cohere"), "COHERE_API_KEY"),
             (cli.start("status", RAGLINE_LEASE_S="nan"), "RAGLINE_LEASE_S"),
             (cli.start("--exit-when-idle", RAGLINE_RESCUE_S="0"), "RAGLINE_RESCUE_S"),
+            (cli.start("--exit-when-idle", RAGLINE_EMBEDDER="cohere"), "COHERE_API_KEY"),
+            (cli.start("--exit-when-idle", RAGLINE_VISION="foo"), "RAGLINE_VISION"),
         ]
         for running, expected in cases:
             result = running.wait()
             assert result.code == EXIT_USAGE, result
             assert len(result.err_lines) == 1 and expected in result.err, result
             assert "Traceback" not in result.err
+    # None of them touched the queue: a typo fails no document.
+    assert sql(dsn, "SELECT count(*) FROM stage_jobs WHERE attempts > 0")[0][0] == 0
