@@ -440,6 +440,7 @@ class Worker:
         """Write the outcome, retrying through connection errors until the lease would
         have expired anyway (after that the sweep owns the job). Returns the stage's next
         job when the completion leased one."""
+        deadline = flight.renewed_at + self.config.lease_s
         reconnect = Reconnect(max_s=2.0)
         while True:
             try:
@@ -454,9 +455,8 @@ class Worker:
                     await self._db_error("settle", exc)
                 else:
                     raise
-                # The heartbeat keeps renewing a settling job's lease; once stopping, the
-                # grace period bounds the wait (Ctrl-C during an outage must end).
-                deadline = flight.renewed_at + self.config.lease_s
+                # Once stopping, the grace period bounds the wait (Ctrl-C during an
+                # outage must end).
                 if self._stopped_at is not None:
                     deadline = min(deadline, self._stopped_at + self.config.grace_s)
                 if time.monotonic() + reconnect.first_s >= deadline:
