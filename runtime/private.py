@@ -1,6 +1,8 @@
 """Private by default: what ragline keeps under its data dir is its user's alone.
 
-Every command sets the process umask to 077, so whatever it creates (stored originals,
+Every ``python -m runtime`` / ``ragline`` process sets its umask to 077 at start
+(:func:`private_umask`, from ``runtime/__main__.py``: not when the CLI runs in-process,
+whose umask is the host program's), so whatever it creates (stored originals,
 images, the vector index and its WAL with chunk text, logs) is 0600 and its directories
 0700. A data dir that already existed with looser bits (made by ``mkdir`` at 0755, say) is
 narrowed at start: 0700, or 0710 with the embedded PostgreSQL user's group when that user
@@ -21,9 +23,12 @@ log = logging.getLogger(__name__)
 UMASK = 0o077
 
 
+def private_umask() -> None:
+    os.umask(UMASK)
+
+
 def make_private(data_dir: Path) -> None:
     """Narrow ``data_dir``'s mode if it exists and belongs to this user (see above)."""
-    os.umask(UMASK)
     try:
         st = data_dir.stat()
     except FileNotFoundError:
