@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,7 +28,9 @@ from pathlib import Path
 
 import anyio
 import asyncpg
+import msgspec
 
+from runtime.embedded import EmbeddedPostgres
 from runtime.migrate import migrate
 from tests.support.chaos import (
     Chaos,
@@ -48,6 +52,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--chaos-s", type=float, default=90.0)
     p.add_argument("--kill-every-s", default="2,3", help="min,max seconds between SIGKILLs")
     p.add_argument("--pg-restarts", type=int, default=2)
+    p.add_argument(
+        "--kill-postmaster",
+        type=int,
+        default=2,
+        help="SIGKILLs of the embedded postmaster (the workers then run on the embedded "
+        "defaults of the data dir and must bring it back themselves)",
+    )
     p.add_argument("--drain-timeout-s", type=float, default=600.0)
     p.add_argument("--seed", type=int, default=11)
     p.add_argument("--database-url", default=None, help="use this server, not an embedded one")
@@ -71,6 +82,44 @@ async def _migrate(dsn: str) -> None:
         await migrate(conn)
     finally:
         await conn.close()
+
+
+def _kill_postmaster(pg: EmbeddedPostgres, data_dir: Path) -> Callable[[], float]:
+    """SIGKILL the postmaster, then wait for the workers' supervisors to start it again;
+    returns how long it was down."""
+
+    def kill() -> float:
+        location = data_dir / "pg.location"
+        cluster = Path(location.read_text().strip()) if location.exists() else data_dir / "pg"
+        pid = int((cluster / "data" / "postmaster.pid").read_text().split()[0])
+        began = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        while not pg.is_running():
+            if time.monotonic() - began > 120:
+                raise TimeoutError("the embedded PostgreSQL was not started again in 120 s")
+            time.sleep(0.05)
+        return time.monotonic() - began
+
+    return kill
+
+
+@contextlib.contextmanager
+def _embedded_fleet(tmp: Path) -> Iterator[tuple[str, Callable[[], None], Callable[[], float]]]:
+    """The data dir's own embedded cluster, used by the workers as they ship (no
+    DATABASE_URL): (its DSN, a restart, a postmaster kill)."""
+    data_dir = tmp / "data"
+    pg = EmbeddedPostgres(data_dir)
+    dsn = pg.acquire()
+
+    def restart() -> None:
+        pg.stop()
+        pg.acquire()
+
+    try:
+        anyio.run(_migrate, dsn)
+        yield dsn, restart, _kill_postmaster(pg, data_dir)
+    finally:
+        pg.stop()
 
 
 @contextlib.contextmanager
@@ -140,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     # enter it (else its cluster would be placed under /var/tmp and outlive the run).
     tmp.chmod(0o711)
     try:
+        if args.kill_postmaster and not args.database_url:
+            with _embedded_fleet(tmp) as (dsn, restart, kill):
+                config = _config(args, args.pg_restarts)
+                config = msgspec.structs.replace(config, pg_kills=args.kill_postmaster)
+                return _soak(config, dsn, tmp, restart, quiet=args.quiet, kill=kill)
         with _server(args, tmp) as (server, restart), _database(server) as dsn:
             config = _config(args, args.pg_restarts if restart else 0)
             return _soak(config, dsn, tmp, restart, quiet=args.quiet)
@@ -153,13 +207,29 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _soak(
-    config: ChaosConfig, dsn: str, tmp: Path, restart: Callable[[], None] | None, *, quiet: bool
+    config: ChaosConfig,
+    dsn: str,
+    tmp: Path,
+    restart: Callable[[], None] | None,
+    *,
+    quiet: bool,
+    kill: Callable[[], float] | None = None,
 ) -> int:
     good, broken = _corpus(config)
     (tmp / "logs").mkdir()
     server = CountingCohere(dims=config.dims, rates=config.fault_rates()).start()
     say: Callable[[str], None] = (lambda _m: None) if quiet else print
-    chaos = Chaos(config, dsn, tmp / "data", tmp / "logs", server, restart_db=restart, say=say)
+    chaos = Chaos(
+        config,
+        dsn,
+        tmp / "data",
+        tmp / "logs",
+        server,
+        restart_db=restart,
+        kill_db=kill,
+        embedded=kill is not None,
+        say=say,
+    )
     try:
         docs = anyio.run(chaos.submit, good, broken)
         began = time.monotonic()
@@ -180,6 +250,7 @@ def _report(chaos: Chaos, docs: Docs, found: Findings, wall_s: float) -> int:
         for i in broken
         if found.docs[i].status == "failed" and (found.docs[i].error or "").startswith("parse: ")
     )
+    good_failed = sum(1 for i in good if found.docs[i].status == "failed")
     chunk_rows = sum(d.chunks for d in found.docs.values() if d.status == "ready")
     bound = chaos.interrupted_embed_jobs()
     wasted = max(0, found.embed_ok - found.embed_needed)
@@ -188,9 +259,11 @@ def _report(chaos: Chaos, docs: Docs, found: Findings, wall_s: float) -> int:
     rows = [
         ("documents", f"{len(good)} good, {len(broken)} broken, {len(refused)} refused at submit"),
         ("ready", f"{ready}/{len(good)}"),
+        ("good documents failed", good_failed),
         ("broken failed once at parse", f"{failed_broken}/{len(broken)}"),
         ("SIGKILLs", chaos.kills()),
         ("PostgreSQL restarts", chaos.injected("pg-restart")),
+        ("embedded postmaster SIGKILLs", chaos.injected("pg-kill")),
         ("backend terminations", chaos.injected("terminate-backends")),
         (
             "SIGSTOP past lease / SIGTERM mid-embed",
@@ -217,7 +290,12 @@ def _report(chaos: Chaos, docs: Docs, found: Findings, wall_s: float) -> int:
             "duplicates / orphans / missing",
             f"{found.duplicates()} / {found.orphan_points} / {found.missing()}",
         ),
-        ("verify", "clean" if found.verify.clean else f"{len(found.verify.problems)} problem(s)"),
+        (
+            "verify",
+            ("clean" if found.verify.clean else f"{len(found.verify.problems)} problem(s)")
+            + f"; asset store: {len(found.verify.store)} leftover(s) of killed writes "
+            f"({len(found.verify.settled_store)} older than the grace period)",
+        ),
     ]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:

@@ -14,19 +14,22 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import anyio
+import asyncpg
 import click
 import msgspec
 
 from runtime import logs
-from runtime.database import database, ensure_schema
-from runtime.errors import ConfigurationError, RaglineError
+from runtime.database import check_schema, database, ensure_schema
+from runtime.errors import ConfigurationError, RaglineError, one_line
 from runtime.plugin import DEFAULT_PIPELINE, BuildContext, Plugin, load_plugin
+from runtime.private import make_private
 from runtime.providers import (
     DEFAULT_CIRCUIT_FAILURES,
     DEFAULT_PROBE_MAX_S,
     DEFAULT_PROBE_S,
     CircuitConfig,
 )
+from runtime.settings import ENGINE_SETTINGS, MAX_CONCURRENCY, validate_env, validate_options
 from runtime.worker import DEFAULT_GRACE_S, DEFAULT_LEASE_S, DEFAULT_POLL_S, Worker, WorkerConfig
 
 T = TypeVar("T")
@@ -54,11 +57,19 @@ class App(msgspec.Struct, kw_only=True):
     def build_context(self) -> BuildContext:
         return BuildContext(data_dir=self.data_dir, env=dict(os.environ))
 
-    def with_database(self, body: Callable[[str], T]) -> T:
-        """Run ``body(dsn)`` with the database up (embedded if needed) and migrated."""
-        with database(self.database_url, self.data_dir) as dsn:
+    def with_database(
+        self, body: Callable[[str], T], *, schema_check: bool = True, supervise: bool = False
+    ) -> T:
+        """Run ``body(dsn)`` with the database up (embedded if needed) and migrated.
+
+        With ``--no-auto-migrate``, a database with pending migrations is refused (exit 2)
+        before anything touches it, instead of failing query by query.
+        """
+        with database(self.database_url, self.data_dir, supervise=supervise) as dsn:
             if self.auto_migrate:
                 run_async(ensure_schema, dsn)
+            elif schema_check:
+                run_async(check_schema, dsn)
             return body(dsn)
 
 
@@ -82,8 +93,9 @@ def parse_stages(value: str | None, known: tuple[str, ...]) -> tuple[str, ...]:
     stages = tuple(s.strip() for s in value.split(",") if s.strip())
     unknown = [s for s in stages if s not in known]
     if unknown:
-        raise click.BadParameter(
-            f"unknown stage(s) {', '.join(unknown)}; known: {', '.join(known)}"
+        raise ConfigurationError(
+            f"RAGLINE_STAGES / --stages: unknown stage(s) {', '.join(unknown)}; "
+            f"expected some of {', '.join(known)}"
         )
     return stages
 
@@ -101,22 +113,49 @@ def parse_concurrency(
         for part in value.split(","):
             name, _, n = part.partition("=")
             if name.strip() not in stages:
-                raise click.BadParameter(f"stage {name.strip()!r} is not among --stages")
+                raise ConfigurationError(
+                    f"RAGLINE_CONCURRENCY / --concurrency: stage {name.strip()!r} is not "
+                    f"among the stages served ({', '.join(stages)})"
+                )
             result[name.strip()] = int(n)
     except ValueError as exc:
-        raise click.BadParameter(f"expected N or stage=N,... got {value!r}") from exc
-    if any(n < 1 for n in result.values()):
-        raise click.BadParameter("concurrency must be >= 1")
+        raise ConfigurationError(
+            f"RAGLINE_CONCURRENCY / --concurrency: expected N or stage=N,... got {value!r}"
+        ) from exc
+    if any(not 1 <= n <= MAX_CONCURRENCY for n in result.values()):
+        raise ConfigurationError(
+            f"RAGLINE_CONCURRENCY / --concurrency: each N must be from 1 to {MAX_CONCURRENCY}"
+        )
     return result
 
 
 class PipelineGroup(click.Group):
-    """Adds the pipeline's own commands (submit, ingest, ...) lazily, by name."""
+    """Adds the pipeline's own commands (submit, ingest, ...) lazily, by name.
+
+    The environment is checked against :data:`ENGINE_SETTINGS` before click parses it, so
+    a bad variable is one line naming it (exit 2), not click's usage text.
+    """
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            validate_env(os.environ, ENGINE_SETTINGS)
+        except ConfigurationError as exc:
+            fail(str(exc), EXIT_USAGE)
+        return super().make_context(info_name, args, parent, **extra)
+
+    def _plugin(self, ctx: click.Context) -> Plugin:
+        spec = ctx.params.get("pipeline") or os.environ.get("RAGLINE_PIPELINE", DEFAULT_PIPELINE)
+        return load_plugin(spec)
 
     def _plugin_commands(self, ctx: click.Context) -> dict[str, click.Command]:
-        spec = ctx.params.get("pipeline") or os.environ.get("RAGLINE_PIPELINE", DEFAULT_PIPELINE)
         try:
-            return {c.name: c for c in load_plugin(spec).commands if c.name}
+            return {c.name: c for c in self._plugin(ctx).commands if c.name}
         except ConfigurationError:
             return {}
 
@@ -124,7 +163,15 @@ class PipelineGroup(click.Group):
         return sorted({*super().list_commands(ctx), *self._plugin_commands(ctx)})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        return super().get_command(ctx, cmd_name) or self._plugin_commands(ctx).get(cmd_name)
+        own = super().get_command(ctx, cmd_name)
+        if own is not None:
+            return own
+        try:
+            plugin = self._plugin(ctx)
+        except ConfigurationError as exc:
+            # Not "No such command": the pipeline that would provide it did not load.
+            fail(f"{exc} (RAGLINE_PIPELINE / --pipeline)", EXIT_USAGE)
+        return {c.name: c for c in plugin.commands if c.name}.get(cmd_name)
 
 
 def env_option(*decls: str, envvar: str, **kwargs: Any) -> Callable[[Any], Any]:
@@ -282,12 +329,20 @@ def env_option(*decls: str, envvar: str, **kwargs: Any) -> Callable[[Any], Any]:
     type=int,
     help="Serve Prometheus metrics on this port (0: off).",
 )
+@env_option(
+    "--metrics-host",
+    envvar="RAGLINE_METRICS_HOST",
+    default="127.0.0.1",
+    help="Address the metrics server binds (0.0.0.0: every interface).",
+)
 @click.pass_context
 def main(ctx: click.Context, /, **opts: Any) -> None:
     """ragline: PDFs to a vector index through leased, checkpointed stages on PostgreSQL.
 
     Without a command, runs stage workers (all stages, or --stages) until SIGTERM/SIGINT.
     """
+    guarded(lambda: check_settings(opts))
+    guarded(lambda: make_private(opts["data_dir"]))  # and the umask: 0600 / 0700
     logs.configure(opts["log_level"], opts["log_format"])
     ctx.obj = App(
         database_url=opts["database_url"],
@@ -300,9 +355,27 @@ def main(ctx: click.Context, /, **opts: Any) -> None:
         guarded(lambda: run_workers(ctx.obj, opts))
 
 
+def check_settings(opts: Mapping[str, Any]) -> None:
+    """Every setting, before anything starts: the flags, then the pipeline's variables."""
+    validate_options(opts, ENGINE_SETTINGS)
+    plugin = load_plugin(opts["pipeline"])
+    validate_env(os.environ, plugin.settings)
+    stages = parse_stages(opts["stages"], plugin.stage_names)
+    worker_config_fields(opts, stages, plugin)
+
+
 def worker_config(app: App, opts: Mapping[str, Any], **overrides: Any) -> WorkerConfig:
     plugin = app.plugin
     stages = parse_stages(opts["stages"], plugin.stage_names)
+    fields = worker_config_fields(opts, stages, plugin)
+    fields.update(overrides)
+    return WorkerConfig(**fields)
+
+
+def worker_config_fields(
+    opts: Mapping[str, Any], stages: tuple[str, ...], plugin: Plugin
+) -> dict[str, Any]:
+    """The worker's settings; builds a :class:`WorkerConfig` once to check them together."""
     fields: dict[str, Any] = {
         "stages": stages,
         "concurrency": parse_concurrency(opts["concurrency"], stages, plugin.default_concurrency),
@@ -318,8 +391,23 @@ def worker_config(app: App, opts: Mapping[str, Any], **overrides: Any) -> Worker
         "handle_signals": True,
         "gauges_every_s": 5.0 if opts["metrics_port"] else 0.0,
     }
-    fields.update(overrides)
-    return WorkerConfig(**fields)
+    WorkerConfig(**fields)  # raises ConfigurationError on a bad combination
+    return fields
+
+
+def serve_metrics(opts: Mapping[str, Any]) -> None:
+    """Start the Prometheus endpoint when asked; a port in use is a configuration error."""
+    if not opts["metrics_port"]:
+        return
+    from prometheus_client import start_http_server
+
+    host, port = opts["metrics_host"], opts["metrics_port"]
+    try:
+        start_http_server(port, addr=host)
+    except OSError as exc:
+        raise ConfigurationError(
+            one_line(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}")
+        ) from exc
 
 
 def parse_duration_s(value: str | float, name: str) -> float:
@@ -350,31 +438,66 @@ def circuit_config(opts: Mapping[str, Any]) -> CircuitConfig:
 
 def run_workers(app: App, opts: Mapping[str, Any]) -> None:
     config = worker_config(app, opts)
-    if opts["metrics_port"]:
-        from prometheus_client import start_http_server
-
-        start_http_server(opts["metrics_port"])
+    # Built before the database starts and before any claim: services that cannot be
+    # built (a missing key, a missing model file) stop the worker here, not in a job.
+    pipeline = app.plugin.build(app.build_context())
+    pipeline.prepare(config.stages)
+    serve_metrics(opts)
 
     def body(dsn: str) -> None:
-        pipeline = app.plugin.build(app.build_context())
         run_async(Worker(pipeline, dsn, config).run)
 
-    app.with_database(body)
+    app.with_database(body, supervise=True)
 
 
 def guarded(body: Callable[[], T]) -> T:
     """Turn ragline's errors into one line on stderr and an exit code."""
     try:
-        return body()
+        try:
+            return body()
+        except BaseExceptionGroup as group:
+            # A task group's failure: report the first real cause, not the group.
+            raise _first_leaf(group) from group
     except click.ClickException:
         raise
     except KeyboardInterrupt:
         fail("interrupted", EXIT_INTERRUPTED)
     except ConfigurationError as exc:
         fail(str(exc), EXIT_USAGE)
-    except (RaglineError, OSError) as exc:
-        code = EXIT_UNAVAILABLE if isinstance(exc, ConnectionError) else EXIT_FAILED
-        fail(f"{exc}", code)
+    except (RaglineError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        fail(*_database_line(exc))
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    leaf: BaseException = group
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = (
+            next((e for e in leaf.exceptions if isinstance(e, KeyboardInterrupt)), None)
+            or (leaf.exceptions[0])
+        )
+    return leaf
+
+
+_UNAVAILABLE = (
+    ConnectionError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.OperatorInterventionError,
+)
+
+
+def _database_line(exc: BaseException) -> tuple[str, int]:
+    """The line and exit code for an error that reached the top of a command."""
+    code = EXIT_UNAVAILABLE if isinstance(exc, _UNAVAILABLE) else EXIT_FAILED
+    if isinstance(exc, RaglineError | OSError) and not isinstance(exc, _UNAVAILABLE[1:]):
+        text = str(exc)
+    else:
+        text = (
+            f"database unavailable: {type(exc).__name__}: {exc}"
+            if code == 3
+            else (f"{type(exc).__name__}: {exc}")
+        )
+    return one_line(text), code
 
 
 @main.command()
@@ -386,7 +509,8 @@ def migrate(app: App) -> None:
         applied = run_async(ensure_schema, dsn)
         click.echo(f"applied {len(applied)} migration(s)" if applied else "schema up to date")
 
-    guarded(lambda: msgspec.structs.replace(app, auto_migrate=False).with_database(body))
+    no_auto = msgspec.structs.replace(app, auto_migrate=False)
+    guarded(lambda: no_auto.with_database(body, schema_check=False))
 
 
 @main.group()
@@ -395,10 +519,26 @@ def db() -> None:
 
 
 @db.command("stop")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Ask the processes using it to stop (SIGTERM), wait for them, then stop it.",
+)
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="With --force: seconds to wait for those processes.",
+)
 @click.pass_obj
-def db_stop(app: App) -> None:
-    """Stop the embedded PostgreSQL under --data-dir, even if processes still use it."""
+def db_stop(app: App, force: bool, wait_s: float) -> None:
+    """Stop the embedded PostgreSQL under --data-dir; refused while ragline processes use
+    it, unless --force."""
     from runtime.embedded import EmbeddedPostgres
+    from runtime.supervisor import stop_embedded
 
-    stopped = guarded(lambda: EmbeddedPostgres(app.data_dir).stop())
+    cluster = EmbeddedPostgres(app.data_dir)
+    stopped = guarded(lambda: stop_embedded(cluster, force=force, wait_s=wait_s))
     click.echo("stopped" if stopped else "not running")

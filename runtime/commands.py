@@ -15,6 +15,7 @@ from runtime.cli import EXIT_FAILED, EXIT_OK, App, guarded, main, run_async
 from runtime.database import open_pool
 from runtime.documents import DocumentRepository
 from runtime.models import Document, JobRow, JobState
+from runtime.names import escape_name
 from runtime.providers import ProviderState, provider_states
 from runtime.repository import JobRepository, Pool
 from runtime.status import StageStatus, failures, overview, provider_waits, queue_position
@@ -114,7 +115,9 @@ def print_providers(rows: list[StageStatus]) -> None:
 
 def print_timeline(t: Timeline) -> None:
     d = t.document
-    click.echo(f"{d.filename} {d.id}: {d.status} at {d.stage} (generation {d.generation})")
+    click.echo(
+        f"{escape_name(d.filename)} {d.id}: {d.status} at {d.stage} (generation {d.generation})"
+    )
     if d.error:
         click.echo(f"  error: {d.error}")
     for j in t.jobs:
@@ -184,7 +187,9 @@ def failures_cmd(
         if stage is None or line.startswith(f"{stage}:"):
             click.echo(f"waiting: {line}")
     for r in rows:
-        click.echo(f"{r.document_id} {r.filename} {r.stage} [{r.error_kind}] {r.last_error}")
+        click.echo(
+            f"{r.document_id} {escape_name(r.filename)} {r.stage} [{r.error_kind}] {r.last_error}"
+        )
 
 
 @main.command()

@@ -10,20 +10,33 @@ from typing import Any
 import anyio
 import asyncpg
 
-from runtime.errors import DatabaseUnavailable
-from runtime.migrate import migrate
+from runtime.errors import ConfigurationError, DatabaseUnavailable
+from runtime.migrate import migrate, pending
 
 
 @contextlib.contextmanager
-def database(database_url: str | None, data_dir: Path) -> Iterator[str]:
-    """Yield a DSN; starts (or joins) the embedded cluster when no URL is given."""
+def database(database_url: str | None, data_dir: Path, *, supervise: bool = False) -> Iterator[str]:
+    """Yield a DSN; starts (or joins) the embedded cluster when no URL is given.
+
+    ``supervise``: start the embedded cluster again whenever it dies while the block runs
+    (:mod:`runtime.supervisor`), for commands that run workers.
+    """
     if database_url:
         yield database_url
         return
-    from runtime.embedded import embedded_postgres
+    from runtime.embedded import EmbeddedPostgres
+    from runtime.supervisor import Supervisor
 
-    with embedded_postgres(data_dir) as dsn:
-        yield dsn
+    cluster = EmbeddedPostgres(data_dir)
+    dsn = cluster.acquire()
+    try:
+        if supervise:
+            with Supervisor(cluster).running():
+                yield dsn
+        else:
+            yield dsn
+    finally:
+        cluster.release()
 
 
 async def connect(dsn: str, timeout_s: float = 10.0) -> asyncpg.Connection[Any]:
@@ -41,10 +54,27 @@ async def ensure_schema(dsn: str) -> list[int]:
         await conn.close()
 
 
+async def check_schema(dsn: str) -> None:
+    """Raise :class:`ConfigurationError` when migrations are pending (``--no-auto-migrate``)."""
+    conn = await connect(dsn)
+    try:
+        missing = await pending(conn)
+    finally:
+        await conn.close()
+    if missing:
+        raise ConfigurationError(
+            f"the database lacks {len(missing)} of ragline's schema migrations "
+            f"(first: {missing[0]:04d}) and auto-migrate is off: run 'ragline migrate' "
+            f"or drop --no-auto-migrate / RAGLINE_AUTO_MIGRATE=false"
+        )
+
+
 @contextlib.asynccontextmanager
 async def open_pool(dsn: str, max_size: int = 10) -> AsyncIterator[asyncpg.Pool[Any]]:
     try:
-        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=max_size)
+        # min_size=0: a pool that keeps a floor of connections logs a traceback each time
+        # it fails to restore one during an outage; connections open on first use.
+        pool = await asyncpg.create_pool(dsn, min_size=0, max_size=max_size)
     except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
         raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 import asyncpg
 
 #: Connection refused or reset, server restarting, backend terminated
@@ -25,3 +27,20 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 
 def is_connection_error(exc: BaseException) -> bool:
     return isinstance(exc, CONNECTION_ERRORS)
+
+
+#: errno values meaning "no space": the device is full, or the user's quota is.
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_storage_full(exc: BaseException) -> bool:
+    """The database's disk is full (SQLSTATE 53100) or a file write found no space.
+
+    Checked before :data:`CONNECTION_ERRORS`, which include every OSError.
+    """
+    if isinstance(exc, asyncpg.exceptions.DiskFullError):
+        return True
+    if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+        return True
+    cause = exc.__cause__
+    return cause is not None and cause is not exc and is_storage_full(cause)

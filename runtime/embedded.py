@@ -599,6 +599,11 @@ class _Users:
         for path in self._dir.glob("*.*"):
             path.unlink(missing_ok=True)
 
+    def pids(self) -> list[int]:
+        """The pids of registered users (call :meth:`prune` first for the live ones)."""
+        found = {path.name.partition(".")[0] for path in self._dir.glob("*.*")}
+        return sorted(int(pid) for pid in found if pid.isdigit())
+
     @staticmethod
     def _alive(path: Path) -> bool:
         pid_text = path.name.partition(".")[0]
@@ -687,6 +692,18 @@ class EmbeddedPostgres:
                 return False
             self._stop(_run_as(self._pg_dir))
             return True
+
+    def registered(self) -> bool:
+        """Whether this instance's entry in the users registry is there."""
+        return self._registration is not None and self._registration.exists()
+
+    def live_users(self) -> list[int]:
+        """Pids of the live processes using the cluster, other than this one."""
+        if not self._data_dir.is_dir():
+            return []
+        with _flock(self._data_dir / "lock", LOCK_TIMEOUT_S):
+            self._users.prune()
+            return [pid for pid in self._users.pids() if pid != os.getpid()]
 
     def is_running(self) -> bool:
         """Whether a server runs on this data dir and accepts connections on its socket."""

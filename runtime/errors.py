@@ -56,6 +56,13 @@ class ProviderUnavailable(TransientError):
     kind = "provider_unavailable"
 
 
+class StorageFull(TransientError):
+    """Storage is full (the database's disk or the asset store); the job waits for space
+    without counting an attempt."""
+
+    kind = "storage_full"
+
+
 class InvalidDocument(PermanentError):
     """The document cannot be read."""
 

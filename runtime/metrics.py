@@ -15,6 +15,10 @@ LEASE_LOST = Counter("ragline_jobs_lease_lost", "Jobs whose lease was lost mid-r
 RELEASED = Counter("ragline_jobs_released", "Jobs handed back on shutdown", ["stage"])
 RESCUED = Counter("ragline_jobs_rescued", "Expired leases taken back by the sweep", ["stage"])
 DB_ERRORS = Counter("ragline_db_errors", "Database connection errors seen", ["where"])
+DB_RESTARTS = Counter("ragline_embedded_db_restarts", "Embedded PostgreSQL starts after it died")
+STORAGE_FULL = Counter(
+    "ragline_storage_full", "Jobs handed back because storage was full", ["stage", "where"]
+)
 DURATION = Histogram(
     "ragline_job_duration_seconds",
     "Time from claim to outcome",

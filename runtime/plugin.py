@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from runtime.errors import ConfigurationError
+from runtime.settings import Setting
 from runtime.stage import Pipeline
 
 DEFAULT_PIPELINE = "stages.app:plugin"
@@ -34,6 +35,9 @@ class Plugin(msgspec.Struct, frozen=True, kw_only=True):
     default_concurrency: Mapping[str, int] = msgspec.field(default_factory=dict)
     #: Extra click commands (submit, ingest, search, ...).
     commands: Sequence[Any] = ()
+    #: The pipeline's rows of the settings table (:class:`runtime.settings.Setting`),
+    #: checked with the engine's before anything starts.
+    settings: Sequence[Setting] = ()
 
 
 def load_plugin(spec: str) -> Plugin:

@@ -284,6 +284,13 @@ class JobRepository:
             for r in rows
         ]
 
+    async def running_owners_on_host(self, prefix: str) -> list[str]:
+        rows = await self.pool.fetch(Q["running_owners_on_host"], prefix)
+        return [r["lease_owner"] for r in rows]
+
+    async def expire_leases_of(self, owners: Sequence[str]) -> int:
+        return int(await self.pool.fetchval(Q["expire_leases_of"], list(owners)))
+
     async def check_lease(self, conn: Conn, job: Job) -> bool:
         """Inside ``conn``'s transaction: lock the job's row if its lease still holds."""
         return await conn.fetchval(Q["check_lease"], job.id, job.lease_token) is not None

@@ -18,6 +18,7 @@ from runtime import metrics
 from runtime.clock import Clock
 from runtime.dberrors import CONNECTION_ERRORS
 from runtime.errors import ConfigurationError
+from runtime.identity import dead_here, host_prefix
 from runtime.models import JobState
 from runtime.repository import JobRepository, Rescued
 
@@ -53,8 +54,25 @@ class Rescuer:
         #: the stage undoes its side effects as it does for any failed job.
         self.on_failed = on_failed
 
+    async def take_over_dead_here(self) -> int:
+        """Expire at once the leases of workers that were processes of this host and are
+        gone (SIGKILL, OOM): the sweep then requeues their jobs without waiting the lease
+        out. Returns how many leases were expired."""
+        owners = await self.repo.running_owners_on_host(host_prefix())
+        dead = [owner for owner in owners if dead_here(owner)]
+        if not dead:
+            return 0
+        expired = await self.repo.expire_leases_of(dead)
+        log.warning(
+            "worker(s) %s of this host are gone: %d lease(s) taken over now",
+            ", ".join(dead),
+            expired,
+        )
+        return expired
+
     async def run_once(self) -> list[Rescued]:
         """Sweep until no expired lease is left; returns what was rescued."""
+        await self.take_over_dead_here()
         rescued: list[Rescued] = []
         while True:
             batch = await self.repo.rescue_expired(self.config.batch, self.clock.db_now())

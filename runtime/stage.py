@@ -94,6 +94,9 @@ class Pipeline(msgspec.Struct, frozen=True, kw_only=True):
 
     stages: Sequence[Stage]
     lifespan: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None
+    #: Builds what the named stages need (models, clients) and raises
+    #: :class:`ConfigurationError` when it cannot, so a worker fails at start, not in a job.
+    prepare_for: Callable[[Sequence[str]], None] | None = None
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.stages]
@@ -116,6 +119,12 @@ class Pipeline(msgspec.Struct, frozen=True, kw_only=True):
         names = self.names
         i = names.index(name)
         return names[i + 1] if i + 1 < len(names) else None
+
+    def prepare(self, names: Sequence[str]) -> None:
+        for name in names:
+            self.stage(name)  # raises on an unknown stage
+        if self.prepare_for is not None:
+            self.prepare_for(names)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

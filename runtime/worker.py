@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import secrets
 import signal
-import socket
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -28,16 +25,18 @@ from runtime import metrics
 from runtime.backoff import Reconnect, retry_delay_s
 from runtime.clock import Clock
 from runtime.completer import Completer
-from runtime.dberrors import CONNECTION_ERRORS
+from runtime.dberrors import CONNECTION_ERRORS, is_storage_full
 from runtime.errors import (
     ConfigurationError,
     LeaseLost,
     ProviderUnavailable,
     RateLimited,
     StageError,
+    StorageFull,
     TransientError,
     one_line,
 )
+from runtime.identity import new_worker_id
 from runtime.models import Failure, Job, JobState
 from runtime.providers import SESSION_SETTINGS, CircuitConfig, Providers, by_stage
 from runtime.repository import Claim, Deferral, JobRepository, Pool, Rescued
@@ -60,11 +59,8 @@ DEFAULT_POLL_S = 2.0
 DEFAULT_GRACE_S = 10.0
 #: Transient failures retry for this long (from the first of a run), not a count.
 DEFAULT_RETRY_FOR_S = 24 * 3600.0
-
-
-def new_worker_id() -> str:
-    """``host:pid:random``, unique per process start."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+#: While the database is unreachable, each place logs it at most once this often.
+DB_LOG_EVERY_S = 5.0
 
 
 class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,7 +93,10 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
         if self.retry_for_s < 0:
             raise ConfigurationError("retry_for_s must be >= 0")
         if self.heartbeat_s and self.heartbeat_s >= self.lease_s:
-            raise ConfigurationError("heartbeat_s must be shorter than lease_s")
+            raise ConfigurationError(
+                f"heartbeat_s (RAGLINE_HEARTBEAT_S, {self.heartbeat_s:g}) must be shorter "
+                f"than lease_s (RAGLINE_LEASE_S, {self.lease_s:g})"
+            )
 
     @property
     def heartbeat_every_s(self) -> float:
@@ -106,6 +105,9 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 #: The kind of an unclassified exception (a bug, a library error): counted in attempts.
 UNCLASSIFIED = "error"
+#: A job handed back because storage was full waits at least this long: space rarely
+#: comes back within seconds, and every retry would fail the same way meanwhile.
+STORAGE_FULL_RETRY_S = 15.0
 
 
 class Success(msgspec.Struct, frozen=True):
@@ -182,8 +184,19 @@ class Context:
         return self._providers.call(provider, tokens=tokens)
 
 
+def storage_full(exc: BaseException) -> Failure:
+    return Failure(
+        message=one_line(f"storage full: {type(exc).__name__}: {exc}"),
+        kind=StorageFull.kind,
+        permanent=False,
+        retry_after_s=STORAGE_FULL_RETRY_S,
+    )
+
+
 def failure_of(exc: BaseException) -> Failure:
     """Classify an exception from a stage: permanent, transient, or rate-limited."""
+    if is_storage_full(exc) and not isinstance(exc, StageError):
+        return storage_full(exc)
     if isinstance(exc, StageError):
         retry_after = exc.retry_after_s if isinstance(exc, TransientError) else None
         return Failure(
@@ -232,6 +245,8 @@ class Worker:
         self.providers: Providers | None = None
         #: Stages other live workers serve; None (unknown) counts as all of them.
         self._peer_stages: set[str] | None = None
+        self._db_logged: dict[str, float] = {}
+        self._stopped_at: float | None = None
         self.log = logging.LoggerAdapter(log, {"worker": self.id})
 
     @property
@@ -242,6 +257,8 @@ class Worker:
 
     def stop(self) -> None:
         """Stop claiming; in-flight jobs get ``grace_s`` to finish, then are released."""
+        if self._stopped_at is None:
+            self._stopped_at = time.monotonic()
         self._stopping.set()
         for event in self._wake.values():
             event.set()
@@ -463,6 +480,8 @@ class Worker:
         return Lost() if flight.lost else Shutdown()
 
     async def _classify(self, exc: Exception) -> Failure:
+        if is_storage_full(exc):
+            return failure_of(exc)
         if isinstance(exc, CONNECTION_ERRORS) and not isinstance(exc, StageError):
             # Our database blinked: not the document's fault. Hand the job back.
             await self._db_error("stage", exc)
@@ -485,11 +504,24 @@ class Worker:
         while True:
             try:
                 return await self._write_outcome(flight, outcome, jlog)
-            except CONNECTION_ERRORS as exc:
-                await self._db_error("settle", exc)
+            except Exception as exc:
+                if is_storage_full(exc) and not isinstance(outcome, Failure):
+                    # Its output does not fit: hand the job back instead (not counted).
+                    jlog.warning("storage full, output not written: %s", one_line(str(exc)))
+                    metrics.STORAGE_FULL.labels(flight.stage.name, "settle").inc()
+                    outcome = storage_full(exc)
+                elif is_storage_full(exc) or isinstance(exc, CONNECTION_ERRORS):
+                    await self._db_error("settle", exc)
+                else:
+                    raise
+                # Once stopping, the grace period bounds the wait (Ctrl-C during an
+                # outage must end).
+                if self._stopped_at is not None:
+                    deadline = min(deadline, self._stopped_at + self.config.grace_s)
                 if time.monotonic() + reconnect.first_s >= deadline:
                     jlog.warning(
-                        "could not record outcome before the lease ran out; "
+                        "could not record the outcome (database unreachable) before the "
+                        "lease or the grace period ran out; "
                         "the sweep will requeue the job"
                     )
                     return None
@@ -592,8 +624,12 @@ class Worker:
         """A transient failure, or any failure of an attempt that made progress: hand the
         job back without counting the attempt; the retry budget is time, not a count."""
         name = flight.stage.name
+        floor_s = failure.retry_after_s or 0.0
+        if failure.kind == StorageFull.kind:  # scales with the retry base (tests)
+            floor_s = min(STORAGE_FULL_RETRY_S, 8 * self.config.retry_base_s)
+            metrics.STORAGE_FULL.labels(name, "job").inc()
         how = Deferral(
-            floor_s=failure.retry_after_s or 0.0,
+            floor_s=floor_s,
             # An open circuit already holds the stage's claims: no backoff on top.
             base_s=0.0 if failure.kind == ProviderUnavailable.kind else self.config.retry_base_s,
             cap_s=self.config.retry_cap_s,
@@ -615,6 +651,7 @@ class Worker:
             )
             counter.inc()
             level = logging.DEBUG if failure.kind == ProviderUnavailable.kind else logging.INFO
+            level = logging.WARNING if failure.kind == StorageFull.kind else level
             jlog.log(level, "%s; retrying later (attempt not counted)", failure.message)
         else:
             metrics.LEASE_LOST.labels(name).inc()
@@ -802,8 +839,16 @@ class Worker:
             # Connections opened before the failure may be half-dead: replace them all on
             # their next use instead of finding out one query at a time.
             await self._repo.pool.expire_connections()
-        self.log.warning(
-            "database unavailable (%s): %s", where, one_line(f"{type(exc).__name__}: {exc}")
+        # One line per place per few seconds: an outage must not flood the log.
+        now = time.monotonic()
+        quiet = now - self._db_logged.get(where, -DB_LOG_EVERY_S) < DB_LOG_EVERY_S
+        if not quiet:
+            self._db_logged[where] = now
+        self.log.log(
+            logging.DEBUG if quiet else logging.WARNING,
+            "database unavailable (%s): %s",
+            where,
+            one_line(f"{type(exc).__name__}: {exc}"),
         )
 
 

@@ -16,13 +16,15 @@ idempotent overwrites) and two documents never collide.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import re
 import shutil
 import tempfile
+import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -40,6 +42,7 @@ from runtime.errors import (
     MissingInput,
     PermanentError,
     RateLimited,
+    StorageFull,
     TransientError,
     one_line,
 )
@@ -49,6 +52,7 @@ __all__ = [
     "DirStore",
     "MinioConfig",
     "MinioStore",
+    "Stored",
     "asset_store_from_env",
     "document_prefix",
     "image_key",
@@ -58,12 +62,30 @@ __all__ = [
 
 T = TypeVar("T")
 _Keys = list[str]  # the classes below define a method named list
+_Leftovers = list["Leftover"]
 
 #: Longest key accepted; S3 allows 1024 bytes.
 MAX_KEY_BYTES = 1024
 _SHA256_HEX = re.compile(r"[0-9a-f]{16,64}")
 _EXTENSION = re.compile(r"[a-z0-9]{1,10}")
 _TMP_PREFIX = ".tmp-"
+
+
+class Stored(msgspec.Struct, frozen=True):
+    """What :meth:`AssetStore.put_stream` stored: the key, and the hash and size of the
+    bytes it wrote (the same bytes: hashed while written)."""
+
+    key: str
+    sha256: str
+    size: int
+
+
+class Leftover(msgspec.Struct, frozen=True):
+    """Something in the store that no key names: an unfinished write, an empty directory."""
+
+    path: str
+    kind: str  # "temporary file" | "empty directory"
+    age_s: float
 
 
 class AssetStore(Protocol):
@@ -74,6 +96,19 @@ class AssetStore(Protocol):
 
     async def put_file(self, key: str, path: Path, media_type: str) -> None:
         """Store the file at ``path`` under ``key`` without reading it all into memory."""
+
+    async def put_stream(
+        self, chunks: AsyncIterable[bytes], media_type: str, key_for: Callable[[str], str]
+    ) -> Stored:
+        """Store the bytes ``chunks`` yields, hashing them as they are written (one read of
+        the source), under ``key_for(sha256 hex)``; return the key, hash and size.
+
+        The bytes go to a temporary place first and are named by their hash only once
+        complete, so the key always matches the content. If ``chunks`` raises, nothing is
+        left under a key (the exception propagates); a crash may leave a temporary file,
+        which ``verify`` reports. Any stream of bytes works: a file, an HTTP upload.
+        """
+        ...
 
     async def get(self, key: str) -> bytes:
         """Return the object's bytes; :class:`MissingInput` if there is none."""
@@ -98,6 +133,18 @@ class AssetStore(Protocol):
 
     async def list(self, prefix: str) -> list[str]:
         """Return the sorted keys that start with ``prefix``."""
+        ...
+
+    async def age_s(self, key: str) -> float:
+        """Seconds since the object was last written; :class:`MissingInput` if none."""
+        ...
+
+    async def leftovers(self) -> _Leftovers:
+        """Temporary files of writes that never finished, and empty directories."""
+        ...
+
+    async def remove_leftovers(self, older_than_s: float) -> int:
+        """Remove the leftovers older than ``older_than_s``; return how many."""
         ...
 
     async def aclose(self) -> None:
@@ -189,8 +236,48 @@ class DirStore:
 
         await anyio.to_thread.run_sync(_atomic_write, target, copy)
 
+    async def put_stream(
+        self, chunks: AsyncIterable[bytes], media_type: str, key_for: Callable[[str], str]
+    ) -> Stored:
+        incoming = self.root / _INCOMING
+        await anyio.to_thread.run_sync(lambda: incoming.mkdir(parents=True, exist_ok=True))
+        tmp = incoming / f"{_TMP_PREFIX}{uuid.uuid4().hex}"
+        try:
+            digest, size = await _spool(chunks, tmp)
+            key = validate_key(key_for(digest))
+            await anyio.to_thread.run_sync(_move_into_place, tmp, self._path(key))
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(lambda: tmp.unlink(missing_ok=True))
+        return Stored(key=key, sha256=digest, size=size)
+
     async def get(self, key: str) -> bytes:
         return await anyio.to_thread.run_sync(self._read, key)
+
+    async def age_s(self, key: str) -> float:
+        def age() -> float:
+            with _missing_as_input(key):
+                return time.time() - self._path(key).stat().st_mtime
+
+        return await anyio.to_thread.run_sync(age)
+
+    async def leftovers(self) -> list[Leftover]:
+        return await anyio.to_thread.run_sync(_leftovers, self.root)
+
+    async def remove_leftovers(self, older_than_s: float) -> int:
+        def remove() -> int:
+            removed = 0
+            # Deepest first, so a directory holding only empty ones goes after them.
+            for left in sorted(_leftovers(self.root), key=lambda x: -x.path.count("/")):
+                if left.age_s < older_than_s:
+                    continue
+                path = self.root / left.path
+                with suppress(OSError):
+                    path.rmdir() if left.kind == _EMPTY_DIR else path.unlink()
+                    removed += 1
+            return removed
+
+        return await anyio.to_thread.run_sync(remove)
 
     @asynccontextmanager
     async def local_file(self, key: str) -> AsyncIterator[Path]:
@@ -250,6 +337,69 @@ def _missing_as_input(key: str) -> Iterator[None]:
         yield
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
         raise _missing(key) from exc
+
+
+_INCOMING = ".incoming"
+_EMPTY_DIR = "empty directory"
+
+
+async def _spool(chunks: AsyncIterable[bytes], tmp: Path) -> tuple[str, int]:
+    """Write ``chunks`` to ``tmp`` (fsynced), hashing the bytes written."""
+    digest = hashlib.sha256()
+    size = 0
+    f = await anyio.open_file(tmp, "wb")
+    try:
+        async for chunk in chunks:
+            digest.update(chunk)
+            size += len(chunk)
+            await f.write(chunk)
+        await f.flush()
+        await anyio.to_thread.run_sync(os.fsync, f.wrapped.fileno())
+    finally:
+        with anyio.CancelScope(shield=True):
+            await f.aclose()
+    return digest.hexdigest(), size
+
+
+def _move_into_place(tmp: Path, target: Path) -> None:
+    for attempt in range(3):
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, target)
+            return
+        except FileNotFoundError:
+            # A concurrent delete_prefix pruned the directory between mkdir and rename.
+            if attempt == 2 or not tmp.exists():
+                raise
+
+
+def _leftovers(root: Path) -> list[Leftover]:
+    """Temporary files, and directories with no file anywhere below them, under ``root``
+    (not ``root`` itself nor the incoming directory, which are empty when idle)."""
+    found: list[Leftover] = []
+    if not root.is_dir():
+        return found
+    now = time.time()
+    keep = {root, root / _INCOMING, root / "documents"}
+    filled: set[Path] = set()
+    for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+        here = Path(dirpath)
+        for name in filenames:
+            if name.startswith(_TMP_PREFIX):
+                found.append(_leftover(root, here / name, "temporary file", now))
+        if filenames or any(here / d in filled for d in dirnames):
+            filled.add(here)
+        elif here not in keep:
+            found.append(_leftover(root, here, _EMPTY_DIR, now))
+    return sorted(found, key=lambda left: left.path)
+
+
+def _leftover(root: Path, path: Path, kind: str, now: float) -> Leftover:
+    try:
+        age = now - path.stat().st_mtime
+    except OSError:
+        age = 0.0
+    return Leftover(path=path.relative_to(root).as_posix(), kind=kind, age_s=age)
 
 
 def _atomic_write(target: Path, fill: Callable[[_Writable], object]) -> None:
@@ -378,6 +528,8 @@ def _translate_s3(exc: S3Error, key: str, what: str) -> Exception:
         return _missing(key)
     if exc.code == "SlowDown" or status == 429:
         return RateLimited(what)
+    if exc.code == "XMinioStorageFull" or status == 507:  # 507 Insufficient Storage
+        return StorageFull(what)
     if exc.code in _TRANSIENT_S3_CODES or status >= 500 or status == 408:
         return TransientError(what)
     return PermanentError(what)
@@ -417,9 +569,34 @@ class MinioStore:
         bucket = self.config.bucket
         await self._call(key, self._client.fput_object, bucket, key, str(path), media_type)
 
+    async def put_stream(
+        self, chunks: AsyncIterable[bytes], media_type: str, key_for: Callable[[str], str]
+    ) -> Stored:
+        # Spooled to a local temporary file while hashed (S3 needs the key, which is the
+        # hash, before the upload starts), then uploaded from there: the source is read
+        # once and the uploaded bytes are the hashed ones. S3 has no partial objects.
+        with tempfile.TemporaryDirectory(prefix="ragline-upload-") as tmp:
+            path = Path(tmp) / "object"
+            digest, size = await _spool(chunks, path)
+            key = validate_key(key_for(digest))
+            await self.put_file(key, path, media_type)
+        return Stored(key=key, sha256=digest, size=size)
+
     async def get(self, key: str) -> bytes:
         validate_key(key)
         return await self._call(key, self._get_bytes, key)
+
+    async def age_s(self, key: str) -> float:
+        validate_key(key)
+        info = await self._call(key, self._client.stat_object, self.config.bucket, key)
+        modified = info.last_modified
+        return time.time() - modified.timestamp() if modified is not None else 0.0
+
+    async def leftovers(self) -> list[Leftover]:
+        return []  # no directories, and an unfinished upload is no object
+
+    async def remove_leftovers(self, older_than_s: float) -> int:
+        return 0
 
     @asynccontextmanager
     async def local_file(self, key: str) -> AsyncIterator[Path]:

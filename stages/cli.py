@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import asyncpg
 import click
 import msgspec
 
@@ -22,6 +23,7 @@ from runtime.cli import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_USAGE,
     App,
     guarded,
     run_async,
@@ -29,9 +31,11 @@ from runtime.cli import (
 )
 from runtime.commands import parse_ids
 from runtime.database import open_pool
+from runtime.dberrors import CONNECTION_ERRORS
 from runtime.documents import DocumentRepository
-from runtime.errors import MissingInput, RaglineError
+from runtime.errors import MissingInput, RaglineError, one_line
 from runtime.models import Document, DocumentStatus
+from runtime.names import escape_name
 from runtime.repository import Pool
 from runtime.worker import Worker
 from stages import store
@@ -68,18 +72,35 @@ def expand(paths: Sequence[str]) -> tuple[list[Path], list[Refused]]:
     for raw in paths:
         matches = sorted(glob.glob(raw, recursive=True)) if glob.has_magic(raw) else [raw]
         if not matches:
-            refused.append(Refused(raw, "no file matches"))
+            refused.append(Refused(escape_name(raw), "no file matches"))
         for match in matches:
             path = Path(match)
             if path.is_dir():
-                files.extend(
-                    sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() == ".pdf")
-                )
+                found, dangling = pdfs_under(path)
+                files.extend(found)
+                refused.extend(dangling)
             elif path.is_file():
                 files.append(path)
+            elif path.is_symlink():
+                refused.append(Refused(escape_name(match), DANGLING))
             else:
-                refused.append(Refused(raw, "no such file or directory"))
+                refused.append(Refused(escape_name(raw), "no such file or directory"))
     return files, refused
+
+
+DANGLING = "symbolic link to a file that does not exist"
+
+
+def pdfs_under(directory: Path) -> tuple[list[Path], list[Refused]]:
+    """The PDFs below ``directory``, and a refusal per dangling ``*.pdf`` symlink."""
+    candidates = sorted(p for p in directory.rglob("*") if p.suffix.lower() == ".pdf")
+    found = [p for p in candidates if p.is_file()]
+    dangling = [
+        Refused(escape_name(str(p)), DANGLING)
+        for p in candidates
+        if p.is_symlink() and not p.exists()
+    ]
+    return found, dangling
 
 
 async def submit_paths(
@@ -90,12 +111,16 @@ async def submit_paths(
     done: list[SubmitResult] = []
     refused: list[Refused] = []
     for path in files:
+        shown = escape_name(str(path))
         try:
             result = await submit_one(pool, services.assets, path, force=force)
         except RaglineError as exc:
-            refused.append(Refused(str(path), exc.message))
+            refused.append(Refused(shown, exc.message))
             continue
-        done.append(SubmitResult(str(path), result.document_id, result.created))
+        except asyncpg.DataError as exc:  # this file's data, not the others'
+            refused.append(Refused(shown, one_line(f"{type(exc).__name__}: {exc}")))
+            continue
+        done.append(SubmitResult(shown, result.document_id, result.created))
     return done, refused
 
 
@@ -187,27 +212,49 @@ def ingest(
     refused; 130: interrupted.
     """
     app: App = ctx.obj
-    config = worker_config(app, ctx.find_root().meta["worker_opts"])
+    opts = ctx.find_root().meta["worker_opts"]
+    # ingest runs every stage itself, whatever RAGLINE_STAGES says (that is for worker
+    # mode): serving only some would wait forever for the others.
+    config = guarded(lambda: worker_config(app, {**opts, "stages": None}))
     files, refused = expand(paths)
     show = progress if progress is not None else sys.stderr.isatty()
+    services = guarded(lambda: prepared_services(app, config.stages))
 
     async def go(dsn: str) -> IngestSummary:
-        services = services_for(app.build_context())
         worker = Worker(pipeline_for(services), dsn, config)
         async with open_pool(dsn) as pool:
             done, more = await submit_paths(pool, services, files, force)
             report_refused(more)
             ids = list(dict.fromkeys(d.document_id for d in done))
             finished = await run_until_done(worker, pool, ids, show)
-            docs = await DocumentRepository(pool).get_many(ids)
-            return summarize(docs, refused + more, interrupted=not finished)
+            return await final_summary(pool, ids, refused + more, finished)
 
     report_refused(refused)
-    summary = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    summary = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn), supervise=True))
     print_summary(summary, as_json)
     if summary.interrupted:
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(EXIT_FAILED if summary.failed or summary.refused or summary.unfinished else EXIT_OK)
+
+
+def prepared_services(app: App, stages: Sequence[str]) -> Services:
+    services = services_for(app.build_context())
+    services.prepare(stages)
+    return services
+
+
+async def final_summary(
+    pool: Pool, ids: list[uuid.UUID], refused: list[Refused], finished: bool
+) -> IngestSummary:
+    """The summary; when stopped during a database outage, what is known (exit 130)."""
+    try:
+        docs = await DocumentRepository(pool).get_many(ids)
+    except CONNECTION_ERRORS:
+        if finished:
+            raise
+        click.echo("ragline: database unavailable; the summary is unknown", err=True)
+        docs = []
+    return summarize(docs, refused, interrupted=not finished)
 
 
 async def run_until_done(worker: Worker, pool: Pool, ids: list[uuid.UUID], show: bool) -> bool:
@@ -236,7 +283,7 @@ def print_summary(summary: IngestSummary, as_json: bool) -> None:
         f"unfinished: {len(summary.unfinished)}  refused: {len(summary.refused)}"
     )
     for d in summary.failed:
-        click.echo(f"failed {d['filename']} ({d['document_id']}): {d['error']}")
+        click.echo(f"failed {escape_name(d['filename'])} ({d['document_id']}): {d['error']}")
     if summary.interrupted:
         click.echo("interrupted: run the same command again to resume", err=True)
 
@@ -248,6 +295,7 @@ def print_summary(summary: IngestSummary, as_json: bool) -> None:
 @click.pass_obj
 def search(app: App, query: str, limit: int, as_json: bool) -> None:
     """Embed QUERY with the configured embedder and print the closest chunks."""
+    check_query(query, limit)
 
     async def go() -> list[dict[str, Any]]:
         services = services_for(app.build_context())
@@ -269,9 +317,30 @@ def search(app: App, query: str, limit: int, as_json: bool) -> None:
     for h in hits:
         text = " ".join(str(h.get("text", "")).split())
         click.echo(
-            f"{h['score']:.3f}  {h.get('filename')}  p.{h.get('page_start')}"
+            f"{h['score']:.3f}  {escape_name(str(h.get('filename')))}  p.{h.get('page_start')}"
             f"-{h.get('page_end')}  {h.get('document_id')}\n    {text[:200]}"
         )
+
+
+#: ``search -k`` beyond this is a typo, not a question.
+MAX_RESULTS = 1000
+
+
+def check_query(query: str, limit: int) -> None:
+    """One line and exit 2 for what cannot be a search (before loading any model)."""
+    problem = None
+    if not 1 <= limit <= MAX_RESULTS:
+        problem = f"-k/--limit must be from 1 to {MAX_RESULTS}, got {limit}"
+    elif not query.strip():
+        problem = "the query is empty"
+    else:
+        try:
+            query.encode("utf-8")
+        except UnicodeEncodeError:
+            problem = f"the query is not valid UTF-8: {escape_name(query)}"
+    if problem:
+        click.echo(f"ragline: search: {problem}", err=True)
+        sys.exit(EXIT_USAGE)
 
 
 COMMANDS: list[click.Command] = [submit, ingest, search]
@@ -391,17 +460,23 @@ def verify_cmd(app: App, repair: bool, as_json: bool) -> None:
     else:
         click.echo(
             f"{report.documents} document(s), {report.points} point(s), "
-            f"{len(report.problems)} problem(s)"
+            f"{len(report.problems) + len(report.settled_store)} problem(s)"
         )
         for p in report.problems:
             click.echo(
-                f"  {p.document_id} {p.filename}: missing {p.missing_points}, "
+                f"  {p.document_id} {escape_name(p.filename)}: missing {p.missing_points}, "
                 f"extra {p.extra_points}, stale {p.stale_points}, "
                 f"files missing {len(p.missing_files)}"
                 + (f", {p.failed_points} point(s) of a failed document" if p.failed_points else "")
                 + (f", points in {','.join(p.other_collections)}" if p.other_collections else "")
                 + (" (orphan)" if p.orphan else "")
                 + (f" -> {p.repair}" if p.repair else "")
+            )
+        for sp in report.store:
+            click.echo(
+                f"  asset store: {sp.kind} {escape_name(sp.path)} ({sp.age_s:.0f} s old"
+                + (", recent: may be a write in flight)" if sp.recent else ")")
+                + (f" -> {sp.repair}" if sp.repair else "")
             )
     sys.exit(EXIT_OK if report.clean else EXIT_FAILED)
 

@@ -40,6 +40,7 @@ def pipeline_for(services: Services) -> Pipeline:
             IndexStage(services),
         ],
         lifespan=services.lifespan,
+        prepare_for=services.prepare,
     )
 
 

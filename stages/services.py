@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -81,11 +81,16 @@ class PipelineSettings(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> PipelineSettings:
+        max_chars = _int(env, "RAGLINE_CHUNK_CHARS", 1000)
+        overlap = _int(env, "RAGLINE_CHUNK_OVERLAP", 150)
+        try:
+            chunk = ChunkConfig(max_chars=max_chars, overlap_chars=overlap)
+        except ConfigurationError as exc:
+            raise ConfigurationError(
+                f"RAGLINE_CHUNK_CHARS={max_chars} / RAGLINE_CHUNK_OVERLAP={overlap}: {exc}"
+            ) from exc
         return cls(
-            chunk=ChunkConfig(
-                max_chars=_int(env, "RAGLINE_CHUNK_CHARS", 1000),
-                overlap_chars=_int(env, "RAGLINE_CHUNK_OVERLAP", 150),
-            ),
+            chunk=chunk,
             min_image_px=_int(env, "RAGLINE_MIN_IMAGE_PX", DEFAULT_MIN_IMAGE_PX),
             max_image_pixels=_int(env, "RAGLINE_MAX_IMAGE_PIXELS", DEFAULT_MAX_IMAGE_PIXELS),
             embed_rpm=_int(env, "RAGLINE_EMBED_RPM", DEFAULT_EMBED_RPM),
@@ -154,6 +159,16 @@ class Services:
         from stages.vector_index import collection_name
 
         return collection_name(self.embedder.model, self.embedder.dimensions)
+
+    def prepare(self, stages: Sequence[str]) -> None:
+        """Build the services ``stages`` use now, so what cannot be built (a missing key
+        or model file, a bad choice) stops the process at start with one line."""
+        self.assets  # noqa: B018 - cached_property: building it is the point
+        if {"embed", "index"} & set(stages):
+            self.embedder  # noqa: B018
+            self.index  # noqa: B018
+        if "vision" in stages:
+            self.vision  # noqa: B018
 
     async def aclose(self) -> None:
         # Dropped from the cache as they close, so a later run builds fresh ones.

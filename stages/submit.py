@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import asyncpg
 import msgspec
 
 from runtime.documents import DocumentRepository, Submitted
 from runtime.errors import InvalidDocument, one_line
 from runtime.models import NewDocument
-from stages.assets import AssetStore, original_key
+from runtime.names import escape_name
+from stages.assets import AssetStore, Stored, original_key
 
 FIRST_STAGE = "parse"
 PDF = "application/pdf"
@@ -38,17 +41,42 @@ def inspect_file(path: Path) -> Inspected:
         with path.open("rb") as f:
             head = f.read(1024)
             if not head:
-                raise InvalidDocument(f"{path.name}: empty file (0 bytes)")
+                raise InvalidDocument(f"{display_name(path)}: empty file (0 bytes)")
             if _MAGIC not in head:
-                raise InvalidDocument(f"{path.name}: not a PDF (no %PDF- header)")
+                raise InvalidDocument(f"{display_name(path)}: not a PDF (no %PDF- header)")
             digest.update(head)
             size = len(head)
             while block := f.read(_CHUNK):
                 digest.update(block)
                 size += len(block)
     except OSError as exc:
-        raise InvalidDocument(one_line(f"{path.name}: cannot read: {exc.strerror or exc}")) from exc
+        raise InvalidDocument(
+            one_line(f"{display_name(path)}: cannot read: {exc.strerror or exc}")
+        ) from exc
     return Inspected(sha256=digest.hexdigest(), byte_size=size)
+
+
+async def _pdf_chunks(path: Path) -> AsyncIterator[bytes]:
+    """The file's bytes in blocks; the first must look like a PDF (InvalidDocument)."""
+    name = display_name(path)
+    try:
+        async with await anyio.open_file(path, "rb") as f:
+            head = await f.read(_CHUNK)
+            if not head:
+                raise InvalidDocument(f"{name}: empty file (0 bytes)")
+            if _MAGIC not in head[:1024]:
+                raise InvalidDocument(f"{name}: not a PDF (no %PDF- header)")
+            yield head
+            while block := await f.read(_CHUNK):
+                yield block
+    except OSError as exc:
+        raise InvalidDocument(one_line(f"{name}: cannot read: {exc.strerror or exc}")) from exc
+
+
+def display_name(path: Path) -> str:
+    """The file name as text: bytes that are not UTF-8 escaped as ``\\xNN``, control
+    characters (a newline) as ``\\n``/``\\xNN``, so one name is one line everywhere."""
+    return escape_name(path.name)
 
 
 async def submit(
@@ -60,26 +88,50 @@ async def submit(
     force: bool = False,
     max_attempts: int = 3,
 ) -> Submitted:
-    """Store ``path`` and enqueue its parse; same bytes again → the same document."""
-    info = inspect_file(path)
+    """Store ``path`` and enqueue its parse; same bytes again → the same document.
+
+    The recorded hash is the hash of the bytes stored, computed while they are copied
+    (:meth:`AssetStore.put_stream`), whatever happens to the file meanwhile. A first,
+    cheap hash only skips files already submitted.
+    """
     docs = DocumentRepository(pool)
     if not force:
-        existing = await docs.find_by_sha256(info.sha256)
+        existing = await docs.find_by_sha256(inspect_file(path).sha256)
         if existing is not None:
             return Submitted(document_id=existing.id, created=False)
     doc_id = uuid.uuid4()
-    key = original_key(doc_id, info.sha256)
-    await assets.put_file(key, path, PDF)
+    stored = await assets.put_stream(_pdf_chunks(path), PDF, lambda sha: original_key(doc_id, sha))
+    result: Submitted | None = None
+    try:
+        result = await _record(docs, stored, doc_id, path, conn, force, max_attempts)
+        return result
+    finally:
+        if result is None or not result.created:  # no original without its own row
+            with anyio.CancelScope(shield=True):
+                await assets.delete(stored.key)
+
+
+async def _record(
+    docs: DocumentRepository,
+    stored: Stored,
+    doc_id: uuid.UUID,
+    path: Path,
+    conn: asyncpg.Connection[Any] | None,
+    force: bool,
+    max_attempts: int,
+) -> Submitted:
+    if not force:  # the file may have changed since the first hash
+        existing = await docs.find_by_sha256(stored.sha256)
+        if existing is not None:
+            return Submitted(document_id=existing.id, created=False)
     new = NewDocument(
         id=doc_id,
-        filename=path.name,
+        filename=display_name(path),
         media_type=PDF,
-        byte_size=info.byte_size,
-        sha256=info.sha256,
-        asset_key=key,
+        byte_size=stored.size,
+        sha256=stored.sha256,
+        asset_key=stored.key,
         forced=force,
     )
-    result = await docs.submit(new, FIRST_STAGE, conn=conn, max_attempts=max_attempts)
-    if not result.created:  # lost a race with a concurrent submit of the same bytes
-        await assets.delete(key)
-    return result
+    # Not created: lost a race with a concurrent submit of the same bytes.
+    return await docs.submit(new, FIRST_STAGE, conn=conn, max_attempts=max_attempts)

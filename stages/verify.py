@@ -43,14 +43,38 @@ class Problem(msgspec.Struct, kw_only=True):
     repair: str | None = None
 
 
+class StoreProblem(msgspec.Struct, kw_only=True):
+    """Something in the asset store that no document accounts for."""
+
+    #: An object key, or a path relative to the store's root for a leftover.
+    path: str
+    #: "orphan object" (no document has it), "temporary file", "empty directory".
+    kind: str
+    age_s: float
+    #: Younger than the grace period: may be a write in flight. Reported, but it does not
+    #: make the report unclean, and ``repair`` leaves it alone.
+    recent: bool = False
+    repair: str | None = None
+
+
 class Report(msgspec.Struct, kw_only=True):
     documents: int
     points: int
     problems: list[Problem]
+    store: list[StoreProblem] = msgspec.field(default_factory=list)
 
     @property
     def clean(self) -> bool:
-        return not self.problems
+        return not self.problems and not self.settled_store
+
+    @property
+    def settled_store(self) -> list[StoreProblem]:
+        return [p for p in self.store if not p.recent]
+
+
+#: ``repair`` leaves younger orphans and leftovers alone: a submit in flight has stored
+#: its original but not yet committed its row, a write in flight has a temporary file.
+ORPHAN_GRACE_S = 600.0
 
 
 async def scan_index(
@@ -140,7 +164,12 @@ async def verify(pool: Pool, services: Services) -> Report:
                     p.other_collections.append(collection)
     problems += orphans.values()
     points = sum(len(r) for found in [by_doc, *others.values()] for r in found.values())
-    return Report(documents=len(ids), points=points, problems=problems)
+    return Report(
+        documents=len(ids),
+        points=points,
+        problems=problems,
+        store=await check_store(services, await docs.get_many(ids)),
+    )
 
 
 async def delete_everywhere(services: Services, document_id: uuid.UUID) -> None:
@@ -152,8 +181,62 @@ async def delete_everywhere(services: Services, document_id: uuid.UUID) -> None:
             continue
 
 
-async def repair(pool: Pool, services: Services, report: Report) -> None:
+async def check_store(services: Services, docs: list[Document]) -> list[StoreProblem]:
+    """Objects under ``documents/`` that belong to no document, or are an original other
+    than the document's own; temporary files and empty directories."""
+    store = services.assets
+    originals = {str(d.id): d.asset_key for d in docs}
+    found: list[StoreProblem] = []
+    for key in await store.list("documents/"):
+        doc_id, _, rest = key.removeprefix("documents/").partition("/")
+        own = originals.get(doc_id, "")
+        if doc_id not in originals or (rest.startswith("original-") and key != own):
+            age = await _age_s(services, key)
+            found.append(StoreProblem(path=key, kind="orphan object", age_s=age))
+    found += [
+        StoreProblem(path=left.path, kind=left.kind, age_s=left.age_s)
+        for left in await store.leftovers()
+    ]
+    for p in found:
+        p.recent = p.age_s < ORPHAN_GRACE_S
+    return found
+
+
+async def _age_s(services: Services, key: str) -> float:
+    try:
+        return await services.assets.age_s(key)
+    except MissingInput:  # deleted since it was listed
+        return 0.0
+
+
+async def _delete_orphan(services: Services, key: str, known: set[str]) -> None:
+    doc_id = key.removeprefix("documents/").partition("/")[0]
+    if doc_id in known:
+        await services.assets.delete(key)  # a stray original of a live document
+    else:  # the whole prefix, so no empty directory is left behind
+        await services.assets.delete_prefix(f"documents/{doc_id}/")
+
+
+async def repair_store(services: Services, report: Report, grace_s: float, known: set[str]) -> None:
+    """Delete orphan objects and leftovers older than ``grace_s``."""
+    for p in report.store:
+        if p.age_s < grace_s:
+            p.repair = f"left alone: younger than {grace_s:.0f} s (may be a write in flight)"
+        elif p.kind == "orphan object":
+            await _delete_orphan(services, p.path, known)
+            p.repair = "deleted"
+    await services.assets.remove_leftovers(grace_s)
+    remaining = {left.path for left in await services.assets.leftovers()}
+    for p in report.store:
+        if p.repair is None:
+            p.repair = "could not remove" if p.path in remaining else "removed"
+
+
+async def repair(
+    pool: Pool, services: Services, report: Report, grace_s: float = ORPHAN_GRACE_S
+) -> None:
     docs = DocumentRepository(pool)
+    await repair_store(services, report, grace_s, {str(i) for i in await docs.all_ids()})
     for p in report.problems:
         doc_id = uuid.UUID(p.document_id)
         deleted = await _delete_unwanted(services, p, doc_id)

@@ -367,3 +367,24 @@ WITH cur AS (
     RETURNING d.id
 )
 SELECT state::text AS state, run_after FROM deferred;
+
+-- name: running_owners_on_host
+-- Lease owners of running jobs whose worker id starts with this host's prefix
+-- ("host:"); a walk of the stage_jobs_expiry partial index (running rows only).
+-- $1 prefix
+SELECT DISTINCT lease_owner
+FROM stage_jobs
+WHERE state = 'running' AND left(lease_owner, length($1)) = $1;
+
+-- name: expire_leases_of
+-- Expire now the leases held by workers known to be dead (a process of this host that no
+-- longer exists), so the next sweep requeues their jobs without waiting the lease out.
+-- The attempt still counts (the worker died holding the job). Returns how many.
+-- $1 owners text[]
+WITH expired AS (
+    UPDATE stage_jobs
+    SET lease_expires_at = '-infinity'
+    WHERE state = 'running' AND lease_owner = ANY($1::text[])
+    RETURNING id
+)
+SELECT count(*) FROM expired;

@@ -91,6 +91,9 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
     min_kills: int = 6
     #: PostgreSQL restarts during the chaos (needs a ``restart_db`` callable).
     pg_restarts: int = 0
+    #: SIGKILLs of the embedded postmaster during the chaos (needs a ``kill_db`` callable);
+    #: the workers' supervisors must bring it back.
+    pg_kills: int = 0
     #: Good documents are held at submit and released over the first ``release_over`` of
     #: ``chaos_s`` (this share at once, the rest evenly), so documents flow through every
     #: injected fault however fast the machine clears the corpus.
@@ -375,6 +378,8 @@ class Chaos:
         server: CountingCohere,
         *,
         restart_db: Callable[[], None] | None = None,
+        kill_db: Callable[[], float] | None = None,
+        embedded: bool = False,
         say: Callable[[str], None] = lambda _m: None,
     ) -> None:
         self.config = config
@@ -382,6 +387,9 @@ class Chaos:
         self.data_dir = data_dir
         self.server = server
         self.env = chaos_env(config, dsn, data_dir, server.base_url)
+        if embedded:  # the workers run on the embedded PostgreSQL of the data dir
+            del self.env["DATABASE_URL"]
+        self.kill_db = kill_db
         self.fleet = Fleet(config, self.env, logs)
         self.restart_db = restart_db
         self.say = say
@@ -522,6 +530,9 @@ class Chaos:
             (c.chaos_s * (0.3 + 0.5 * i / max(1, c.pg_restarts)), "restart")
             for i in range(c.pg_restarts)
         ]
+        plan += [
+            (c.chaos_s * (0.35 + 0.5 * i / max(1, c.pg_kills)), "pgkill") for i in range(c.pg_kills)
+        ]
         return sorted(plan)
 
     def _special(self, kind: str) -> tuple[float, Worker] | None:
@@ -529,6 +540,10 @@ class Chaos:
             self._terminate_backends()
         elif kind == "restart":
             self._restart_postgres()
+        elif kind == "pgkill" and self.kill_db is not None:
+            embed = sum(self._embed_jobs().values())
+            down_s = self.kill_db()
+            self._record("pg-kill", embed_jobs=embed, note=f"back after {down_s:.1f}s")
         elif kind == "stop":
             return self._sigstop()
         return None

@@ -1,0 +1,50 @@
+"""Same-host lease takeover: a job whose lease owner was a process of this host that no
+longer exists is taken at once, not after its lease (issue 10, item 10).
+
+The lease is 600 s and the test waits at most 60 s: only the takeover can finish it.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime.identity import dead_here, new_worker_id
+from tests.acceptance.test_crashes import Start, effects, job_state, submit
+from tests.support.procs import wait_for, workers
+
+LONG_LEASE = ("--lease", "600", "--rescue-every", "0.3", "--poll", "0.2")
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator[Start]:
+    with workers(tmp_path) as factory:
+        yield factory
+
+
+def test_a_dead_local_workers_job_is_taken_at_once(dsn: str, start: Start) -> None:
+    submit(dsn, 1, stage="chunk")
+    doomed = start(dsn, "--stages", "chunk", *LONG_LEASE, RAGLINE_TEST_SLEEP="chunk=600")
+    wait_for(lambda: job_state(dsn, "chunk")[0] == "running", what="the job to start")
+    doomed.signal(signal.SIGKILL)
+    doomed.wait()
+    heir = start(dsn, "--stages", "chunk", "--exit-when-idle", *LONG_LEASE)
+    assert heir.wait(60) == 0, heir.output()
+    assert "lease(s) taken over now" in heir.output()
+    assert effects(dsn) == [("chunk", heir.pid)]
+    assert job_state(dsn, "chunk") == ("succeeded", 2, 1)  # the lost attempt counts
+
+
+def test_only_dead_processes_of_this_host_and_namespace() -> None:
+    me = new_worker_id()
+    host, _pid, tail = me.split(":")
+    assert not dead_here(me)  # this process
+    assert not dead_here(f"{host}:1:{tail}")  # alive (init)
+    assert dead_here(f"{host}:{2**22 + 7}:{tail}")  # above pid_max: never existed
+    assert not dead_here(f"other-host:{2**22 + 7}:{tail}")
+    ns = tail.partition(".")[0]
+    assert not dead_here(f"{host}:{2**22 + 7}:{ns}ff.abc")  # another PID namespace
+    assert not dead_here(f"{host}:{2**22 + 7}:abc123")  # an id of the old shape
