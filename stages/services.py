@@ -131,7 +131,9 @@ class Services:
 
     @functools.cached_property
     def limiter(self) -> AsyncLimiter | None:
-        """The embed rate limit, for an embedder behind a provider's quota only."""
+        """An in-process smoother at the embed rate (metered embedders only). The fleet's
+        budget is the engine's provider gate (``ctx.calling``); this only keeps one
+        process from bunching its own calls, and never lets it exceed the budget alone."""
         if not self.embedder.metered:
             return None
         return limiter_for(self.settings.embed_rpm)
