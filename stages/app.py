@@ -5,10 +5,11 @@ from __future__ import annotations
 from runtime.plugin import Plugin
 from stages import cli
 from stages.pipeline import DEFAULT_CONCURRENCY, STAGES, build
+from stages.serve.cli import serve
 
 plugin = Plugin(
     stage_names=STAGES,
     build=build,
     default_concurrency=DEFAULT_CONCURRENCY,
-    commands=cli.COMMANDS,
+    commands=[*cli.COMMANDS, serve],
 )

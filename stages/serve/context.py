@@ -1,0 +1,59 @@
+"""What every request handler reaches through ``app.state``: pool, services, events."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+import msgspec
+
+from runtime.events import EventHub
+from stages.serve.config import ServeConfig
+from stages.serve.problems import problem
+
+if TYPE_CHECKING:
+    from stages.services import Services
+
+
+class ServeContext:
+    def __init__(
+        self,
+        config: ServeConfig,
+        dsn: str,
+        services: Services,
+        stage_names: tuple[str, ...],
+    ) -> None:
+        self.config = config
+        self.dsn = dsn
+        self.services = services
+        self.stage_names = stage_names
+        self._pool: asyncpg.Pool[Any] | None = None
+        self._hub: EventHub | None = None
+
+    @property
+    def pool(self) -> asyncpg.Pool[Any]:
+        if self._pool is None:
+            raise RuntimeError("the server is not started")
+        return self._pool
+
+    @property
+    def hub(self) -> EventHub:
+        if self._hub is None:
+            raise RuntimeError("the server is not started")
+        return self._hub
+
+    def attach(self, pool: asyncpg.Pool[Any], hub: EventHub) -> None:
+        self._pool, self._hub = pool, hub
+
+
+def document_id(raw: str) -> uuid.UUID:
+    """Validate an id from a path before it reaches SQL (404: it names no document)."""
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise problem(404, f"no document {raw[:80]!r}: ids are UUIDs") from None
+
+
+def to_json(value: Any) -> Any:
+    return msgspec.to_builtins(value)
