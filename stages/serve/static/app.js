@@ -81,14 +81,16 @@ function listen() {
   const table = document.getElementById("documents");
   const section = document.getElementById("document");
   if (!table && !section) return;
+  window.raglineEvents = [];
   const source = new EventSource("/v1/events");
+  source.onopen = () => { document.body.dataset.live = "open"; };
   source.addEventListener("document", (msg) => {
     const ev = JSON.parse(msg.data);
+    window.raglineEvents.push(ev);  // what arrived, for whoever looks (tests do)
     if (table) onListEvent(table, ev);
     if (section) onDocumentEvent(section, ev);
   });
   source.addEventListener("reset", () => window.location.reload());
-  document.body.dataset.live = "1";
 }
 
 async function upload(form) {
