@@ -148,6 +148,12 @@ def test_upload_goes_live_to_ready_then_its_page(driver: Any, stack: Server) -> 
     shot(driver, "document-ready")
 
 
+def failed_again(driver: Any) -> list[str] | None:
+    """The statuses the page received, once they show a retry (pending) ending failed."""
+    seen: list[str] = driver.execute_script("return window.raglineEvents.map(e => e.status)")
+    return seen if "pending" in seen and seen[-1] == "failed" else None
+
+
 def test_retry_a_failed_document_from_its_page(driver: Any, stack: Server, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 
@@ -166,18 +172,8 @@ def test_retry_a_failed_document_from_its_page(driver: Any, stack: Server, tmp_p
     driver.find_element(By.ID, "retry").click()
     wait_for(driver, lambda d: d.find_element(By.ID, "message").text == "requeued", "requeued")
     # Live on the page: back to pending, then failed again (the bytes are still broken).
-    statuses = wait_for(
-        driver,
-        lambda d: (
-            (s := d.execute_script("return window.raglineEvents.map(e => e.status)"))
-            and "pending" in s
-            and s[-1] == "failed"
-            and s
-        ),
-        "the retried run to fail again",
-        READY_TIMEOUT_S,
-    )
-    assert statuses[0] == "pending"
+    statuses = wait_for(driver, failed_again, "the retried run to fail again", READY_TIMEOUT_S)
+    assert statuses is not None and statuses[0] == "pending"
     assert driver.find_element(By.ID, "doc-status").text == "failed"
     shot(driver, "document-retried")
 
