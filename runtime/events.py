@@ -90,6 +90,12 @@ class EventHub:
     def subscribers(self) -> int:
         return len(self._subscribers)
 
+    def end_streams(self) -> None:
+        """End every subscriber's stream (the server is shutting down)."""
+        for send in list(self._subscribers):
+            send.close()
+        self._subscribers.clear()
+
     @contextlib.contextmanager
     def subscribe(self) -> Iterator[MemoryObjectReceiveStream[DocumentEvent]]:
         send, receive = anyio.create_memory_object_stream[DocumentEvent](SUBSCRIBER_BUFFER)

@@ -69,26 +69,10 @@ def serve(
 
 
 def run_server(app: App, config: ServeConfig, dsn: str) -> None:
-    import uvicorn
-
+    # Imported here: uvicorn, Litestar and the services are not needed for `--help`.
     from stages.pipeline import services_for
-    from stages.serve.app import build_app
     from stages.serve.context import ServeContext
+    from stages.serve.server import run
 
     ctx = ServeContext(config, dsn, services_for(app.build_context()), app.plugin.stage_names)
-    asgi = build_app(ctx)
-    asgi.state.ctx = ctx
-    server = uvicorn.Server(
-        uvicorn.Config(
-            asgi,
-            host=config.host,
-            port=config.port,
-            log_config=None,  # ragline's logging, set up by the CLI
-            access_log=False,
-            lifespan="on",
-            timeout_graceful_shutdown=3,
-            loop="uvloop",
-            http="h11",
-        )
-    )
-    server.run()
+    run(ctx)

@@ -4,6 +4,7 @@ for what httpx will not send), workers as ``python -m runtime --exit-when-idle``
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import threading
 import uuid
@@ -345,8 +346,20 @@ def test_tokens_guard_the_api_and_never_reach_the_log(cli: Cli) -> None:
             assert "httponly" in login.headers["set-cookie"].lower()
             assert http.get("/stages").status_code == 200  # the cookie is kept
             assert http.post("/login", data={"token": "nope"}).status_code == 401
+            # SIGTERM with an event stream open: the stream ends, the server exits cleanly.
+            auth = {"Authorization": f"Bearer {secret}"}
+            with http.stream("GET", "/v1/events", headers=auth) as stream:
+                lines = stream.iter_lines()
+                assert next(lines).startswith(": ragline")
+                server.proc.signal(signal.SIGTERM)
+                rest = list(lines)  # returns once the server ends the stream
+            result = server.proc.wait(30)
+        # uvicorn re-raises the signal once it has shut down, so managers see it.
+        assert result.code == -signal.SIGTERM, result
+        assert "Application shutdown complete" in result.err
+        assert all(not line.startswith("data:") for line in rest)
         log = server.output()
-    assert secret not in log and "nope" not in log
+    assert secret not in log and "nope" not in log and "Traceback" not in log
 
 
 def test_refuses_to_bind_beyond_localhost_without_tokens(cli: Cli) -> None:
