@@ -157,14 +157,9 @@ async def query_documents(
         raise problem(400, f"stage must be one of {', '.join(ctx.stage_names)}")
     at, after = decode_cursor(cursor) if cursor else (None, None)
     rows = await ctx.pool.fetch(Q["documents_page"], status, stage, at, after, limit + 1)
-    docs = [DocumentOut.of(_doc(r)) for r in rows[:limit]]
+    docs = [DocumentOut.of(to_struct(Document, r)) for r in rows[:limit]]
     more = len(rows) > limit
     return DocumentPage(documents=docs, next_cursor=encode_cursor(docs[-1]) if more else None)
-
-
-def _doc(record: Any) -> Document:
-    d = to_struct(Document, record)
-    return d
 
 
 async def document_detail(ctx: ServeContext, doc_id: uuid.UUID) -> DocumentDetail:

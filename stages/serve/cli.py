@@ -70,9 +70,10 @@ def serve(
 
 def run_server(app: App, config: ServeConfig, dsn: str) -> None:
     # Imported here: uvicorn, Litestar and the services are not needed for `--help`.
-    from stages.pipeline import services_for
-    from stages.serve.context import ServeContext
+    from stages.serve.context import ServeContext, ServeServices
     from stages.serve.server import run
 
-    ctx = ServeContext(config, dsn, services_for(app.build_context()), app.plugin.stage_names)
+    build = app.build_context()
+    services = ServeServices(build.env, build.data_dir)
+    ctx = ServeContext(config, dsn, services, app.plugin.stage_names)
     run(ctx)
