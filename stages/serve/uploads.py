@@ -60,6 +60,7 @@ class Spool:
     def __init__(self, directory: Path, limit_bytes: int) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix="upload-", dir=directory)
+        os.fchmod(fd, 0o644)  # as the asset store's own files: it may adopt this one
         self.path = Path(name)
         self.file: IO[bytes] = os.fdopen(fd, "wb")
         self.limit_bytes = limit_bytes
@@ -87,9 +88,15 @@ class Spool:
         self.digest.update(data)
         self.file.write(data)
 
+    def _close(self) -> None:
+        # Durable before anything refers to it: the asset store may adopt this very file.
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+
     async def finish(self, filename: str) -> Spooled:
         await self._flush()
-        await anyio.to_thread.run_sync(self.file.close)
+        await anyio.to_thread.run_sync(self._close)
         check_pdf(filename, self.size, self.head)
         return Spooled(
             path=self.path, filename=filename, sha256=self.digest.hexdigest(), byte_size=self.size
@@ -218,6 +225,15 @@ class Stored(msgspec.Struct, frozen=True, kw_only=True):
     created: bool
 
 
+async def put_spooled(assets: AssetStore, key: str, path: Path) -> None:
+    """Into the asset store: renamed into place when the store is a directory on the same
+    file system (one write of the bytes in all), else copied or uploaded."""
+    move_in = getattr(assets, "move_file_in", None)
+    if move_in is not None and await move_in(key, path):
+        return
+    await assets.put_file(key, path, PDF)
+
+
 class _KeyTaken(Exception):
     """A concurrent upload with the same Idempotency-Key committed first."""
 
@@ -236,7 +252,7 @@ async def store(
         return Stored(document_id=existing.id, created=False)
     doc_id = uuid.uuid4()
     key = original_key(doc_id, spooled.sha256)
-    await assets.put_file(key, spooled.path, PDF)
+    await put_spooled(assets, key, spooled.path)
     try:
         result = await _commit(pool, spooled, doc_id, key, idempotency_key)
     except _KeyTaken:

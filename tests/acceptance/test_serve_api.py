@@ -87,7 +87,7 @@ def raw_request(server: Server, head: str, body: bytes = b"", close_early: bool 
 # -- uploads ---------------------------------------------------------------------------------
 
 
-def test_upload_raw_then_same_bytes_and_idempotency_key(http: httpx.Client) -> None:
+def test_upload_raw_then_same_bytes_and_idempotency_key(http: httpx.Client, cli: Cli) -> None:
     r = raw_upload(http, SAMPLES / "sourdough.pdf", **{"Idempotency-Key": "k-1"})
     assert r.status_code == 202, r.text
     body = r.json()
@@ -100,6 +100,10 @@ def test_upload_raw_then_same_bytes_and_idempotency_key(http: httpx.Client) -> N
     keyed = raw_upload(http, SAMPLES / "lighthouses.pdf", **{"Idempotency-Key": "k-1"})
     assert keyed.status_code == 200 and keyed.json()["id"] == body["id"]
 
+    # The bytes are in the asset store (moved in from the spool), under the document's id.
+    [original] = (cli.data_dir / "assets" / "documents" / body["id"]).glob("original-*")
+    assert original.read_bytes() == (SAMPLES / "sourdough.pdf").read_bytes()
+    assert not list((cli.data_dir / "uploads").iterdir())
     doc = http.get(body["status_url"]).json()
     assert doc["filename"] == "sourdough.pdf" and doc["status"] == "pending"
     assert doc["stage"] == "parse" and [j["stage"] for j in doc["jobs"]] == ["parse"]
