@@ -383,6 +383,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser = argparse.ArgumentParser(prog="python -m bench.serve", description=__doc__)
     parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated subset")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
+    parser.add_argument("--slots", type=int, default=4, help="engine part: slots per stage (4)")
+    parser.add_argument("--repeat", type=int, default=3, help="engine part: runs per variant (3)")
     args = parser.parse_args(argv)
     dsn = os.environ.get("DATABASE_URL", "postgresql://root@127.0.0.1:5432/postgres")
     parts = tuple(p for p in args.parts.split(",") if p)
@@ -399,7 +401,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
             searches=20,
             big_mb=64,
         )
-    return Options(server_dsn=dsn, parts=parts)
+    return Options(server_dsn=dsn, parts=parts, engine_slots=args.slots, repeat=args.repeat)
 
 
 if __name__ == "__main__":
