@@ -143,7 +143,7 @@ def test_bad_uploads_answer_4xx_and_store_nothing(
     # A 2 GB upload is refused from its Content-Length, before any byte of it is read.
     answer = raw_request(
         server,
-        "POST /v1/documents HTTP/1.1\nHost: x\nContent-Length: 2147483648\n"
+        "POST /v1/documents HTTP/1.1\nHost: x\nConnection: close\nContent-Length: 2147483648\n"
         "Content-Type: application/pdf\n",
         b"%PDF-1.4\n",
     )

@@ -16,10 +16,8 @@ from runtime.documents import DocumentRepository
 from runtime.events import DocumentEvent, EventHub
 from runtime.models import NewDocument
 from runtime.repository import JobRepository
-from tests.support.backends import anyio_backend
 
-pytestmark = pytest.mark.anyio
-__all__ = ["anyio_backend"]
+pytestmark = pytest.mark.anyio  # on uvloop (conftest), as the server runs
 
 
 @pytest.fixture
