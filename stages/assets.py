@@ -16,6 +16,7 @@ idempotent overwrites) and two documents never collide.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
@@ -278,6 +279,24 @@ class DirStore:
             return removed
 
         return await anyio.to_thread.run_sync(remove)
+
+    # -- serve (issue 12): a finished, fsynced upload is renamed into place, not copied --
+
+    async def move_file_in(self, key: str, path: Path) -> bool:
+        """Rename the file at ``path`` to ``key``; False (nothing moved) when it lives on
+        another file system, where the caller copies it with :meth:`put_file` instead."""
+        return await anyio.to_thread.run_sync(self._move_in, self._path(key), path)
+
+    @staticmethod
+    def _move_in(target: Path, path: Path) -> bool:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(path, target)
+        except OSError as exc:
+            if exc.errno == errno.EXDEV:
+                return False
+            raise
+        return True
 
     @asynccontextmanager
     async def local_file(self, key: str) -> AsyncIterator[Path]:

@@ -54,6 +54,25 @@ PIPELINE_SETTINGS: tuple[Setting, ...] = (
     Setting.text("MINIO_SECRET_KEY", accepts="a secret key"),
     Setting.text("MINIO_BUCKET", accepts="a bucket name"),
     Setting.boolean("MINIO_SECURE"),
+    # serve (stages/serve)
+    Setting.text("RAGLINE_HOST", accepts="a host name or address to bind"),
+    Setting(
+        name="RAGLINE_PORT",
+        accepts="a port from 1 to 65535",
+        check=lambda raw: 1 <= int(raw) <= 65535,
+        bad_examples=("http", "0", "70000"),
+    ),
+    Setting.text("RAGLINE_API_TOKENS", accepts="comma-separated bearer tokens", empty_ok=True),
+    Setting.number("RAGLINE_MAX_UPLOAD_MB", int, minimum=1, maximum=1_048_576, unit="megabytes"),
+    Setting.text("RAGLINE_CORS_ORIGINS", accepts="comma-separated origins", empty_ok=True),
+    Setting.number(
+        "RAGLINE_SSE_HEARTBEAT_S",
+        float,
+        minimum=0,
+        exclusive=True,
+        maximum=MAX_SECONDS,
+        unit="seconds",
+    ),
     Setting.url("QDRANT_URL", _HTTP),
     Setting.text("QDRANT_API_KEY", accepts="a Qdrant API key"),
 )

@@ -478,6 +478,7 @@ COMMAND_OPTIONS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("failures",): ("--stage", "--error-kind", "--limit", "--json"),
     ("retry",): ("--stage", "--error-kind", "--json"),
     ("migrate",): ("Apply pending schema migrations",),
+    ("serve",): ("--host", "--port", "--max-upload-mb", "RAGLINE_API_TOKENS", "RAGLINE_PORT"),
     ("db",): ("stop",),
     ("db", "stop"): ("Stop the embedded PostgreSQL",),
 }

@@ -25,6 +25,12 @@ CATALOG = {
                   'test_effects') ORDER BY 1, 2""",
     "enums": """SELECT t.typname, e.enumlabel, e.enumsortorder FROM pg_enum e
                 JOIN pg_type t ON t.oid = e.enumtypid ORDER BY 1, 3""",
+    "triggers": """SELECT event_object_table, trigger_name, event_manipulation, action_timing,
+                          action_condition, action_statement
+                   FROM information_schema.triggers WHERE trigger_schema = 'public'
+                   ORDER BY 1, 2, 3""",
+    "functions": """SELECT p.proname, md5(p.prosrc) FROM pg_proc p
+                    WHERE p.pronamespace = 'public'::regnamespace ORDER BY 1""",
     "constraints": """SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)
                       FROM pg_constraint WHERE connamespace = 'public'::regnamespace
                         AND conrelid::regclass::text NOT IN ('ragline_migrations',

@@ -1,0 +1,72 @@
+"""The ASGI app: Litestar with the API, the events stream, the probes and the web view."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+from litestar import Litestar
+from litestar.config.cors import CORSConfig
+from litestar.exceptions import HTTPException
+from litestar.middleware import DefineMiddleware
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.static_files import create_static_files_router
+
+from runtime.database import open_pool
+from runtime.events import EventHub
+from stages.serve import api, events, ops, web
+from stages.serve.auth import TokenAuth
+from stages.serve.context import ServeContext
+from stages.serve.problems import on_http_error, on_unexpected
+
+STATIC = Path(__file__).parent / "static"
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: Litestar) -> AsyncIterator[None]:
+    ctx: ServeContext = app.state.ctx
+    async with open_pool(ctx.dsn) as pool, ctx.services.lifespan():
+        hub = EventHub(ctx.dsn, pool)
+        async with anyio.create_task_group() as tg:
+            await tg.start(hub.run)
+            ctx.attach(pool, hub)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+
+
+def build_app(ctx: ServeContext) -> Litestar:
+    cors = (
+        CORSConfig(allow_origins=list(ctx.config.cors_origins)) if ctx.config.cors_origins else None
+    )
+    return Litestar(
+        route_handlers=[
+            api.DocumentsApi,
+            events.events,
+            ops.healthz,
+            ops.readyz,
+            ops.metrics_endpoint,
+            *web.HANDLERS,
+            create_static_files_router(
+                path="/static", directories=[STATIC], include_in_schema=False
+            ),
+        ],
+        lifespan=[lifespan],
+        state=None,
+        middleware=[DefineMiddleware(TokenAuth, tokens=ctx.config.tokens)],
+        exception_handlers={HTTPException: on_http_error, Exception: on_unexpected},
+        openapi_config=OpenAPIConfig(
+            title="ragline",
+            version="1",
+            path="/v1/schema",
+            render_plugins=[SwaggerRenderPlugin()],
+        ),
+        cors_config=cors,
+        request_max_body_size=1 << 20,
+        debug=False,
+        logging_config=None,  # ragline configures logging (the CLI), not the framework
+    )

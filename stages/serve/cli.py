@@ -1,0 +1,79 @@
+"""``ragline serve``: run the HTTP API and the web view on uvicorn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from runtime.cli import App, env_option, guarded
+from stages.serve.config import (
+    DEFAULT_HOST,
+    DEFAULT_MAX_UPLOAD_MB,
+    DEFAULT_PORT,
+    DEFAULT_SSE_HEARTBEAT_S,
+    ServeConfig,
+    parse_tokens,
+)
+
+
+@click.command()
+@env_option("--host", envvar="RAGLINE_HOST", default=DEFAULT_HOST, help="Address to bind.")
+@env_option("--port", envvar="RAGLINE_PORT", default=DEFAULT_PORT, type=int, help="Port to bind.")
+@env_option(
+    "--max-upload-mb",
+    envvar="RAGLINE_MAX_UPLOAD_MB",
+    default=DEFAULT_MAX_UPLOAD_MB,
+    type=int,
+    help="Larger uploads get 413.",
+)
+@env_option(
+    "--cors-origins",
+    envvar="RAGLINE_CORS_ORIGINS",
+    default="",
+    help="Comma-separated origins allowed by CORS (empty: CORS off).",
+)
+@env_option(
+    "--sse-heartbeat",
+    "sse_heartbeat_s",
+    envvar="RAGLINE_SSE_HEARTBEAT_S",
+    default=DEFAULT_SSE_HEARTBEAT_S,
+    type=float,
+    help="Seconds between heartbeat comments on /v1/events.",
+)
+@click.pass_obj
+def serve(
+    app: App, host: str, port: int, max_upload_mb: int, cors_origins: str, sse_heartbeat_s: float
+) -> None:
+    """Serve the HTTP API (/v1), live events and the web view (/).
+
+    Uploads are stored and queued; workers (`ragline` with no command) process them in
+    their own processes. Tokens come from RAGLINE_API_TOKENS (comma-separated; never a
+    flag, so they stay out of `ps`). Without tokens it binds only to a loopback address.
+    """
+    import os
+
+    def body() -> None:
+        config = ServeConfig(
+            host=host,
+            port=port,
+            tokens=parse_tokens(os.environ.get("RAGLINE_API_TOKENS")),
+            max_upload_mb=max_upload_mb,
+            cors_origins=parse_tokens(cors_origins),
+            sse_heartbeat_s=sse_heartbeat_s,
+            upload_dir=Path(app.data_dir) / "uploads",
+        )
+        app.with_database(lambda dsn: run_server(app, config, dsn))
+
+    guarded(body)
+
+
+def run_server(app: App, config: ServeConfig, dsn: str) -> None:
+    # Imported here: uvicorn, Litestar and the services are not needed for `--help`.
+    from stages.serve.context import ServeContext, ServeServices
+    from stages.serve.server import run
+
+    build = app.build_context()
+    services = ServeServices(build.env, build.data_dir)
+    ctx = ServeContext(config, dsn, services, app.plugin.stage_names)
+    run(ctx)

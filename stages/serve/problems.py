@@ -1,0 +1,70 @@
+"""Errors as RFC 9457 problem details (``application/problem+json``).
+
+Every error body is ``{type, title, status, detail}``; ``detail`` is one line written for
+the client and never carries a token, a database URL or a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+import msgspec
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+
+log = logging.getLogger(__name__)
+
+PROBLEM_JSON = "application/problem+json"
+
+
+class Problem(msgspec.Struct, frozen=True, kw_only=True):
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+
+
+class ApiError(HTTPException):
+    """An error the API answers with a problem document."""
+
+
+def problem_response(
+    status: int, detail: str, headers: dict[str, str] | None = None
+) -> Response[Problem]:
+    title = HTTPStatus(status).phrase
+    return Response(
+        Problem(title=title, status=status, detail=detail),
+        status_code=status,
+        media_type=PROBLEM_JSON,
+        headers=headers,
+    )
+
+
+def problem(status: int, detail: str, headers: dict[str, str] | None = None) -> ApiError:
+    return ApiError(status_code=status, detail=detail, headers=headers)
+
+
+def on_http_error(_request: Request[Any, Any, Any], exc: HTTPException) -> Response[Problem]:
+    detail = exc.detail or HTTPStatus(exc.status_code).phrase
+    if isinstance(exc, ValidationException) and exc.extra:
+        detail = f"{detail}: {_first_problem(exc.extra)}"
+    return problem_response(exc.status_code, detail, dict(exc.headers or {}))
+
+
+def _first_problem(extra: Any) -> str:
+    items = extra if isinstance(extra, list) else [extra]
+    parts = []
+    for item in items[:3]:
+        if isinstance(item, dict):
+            parts.append(f"{item.get('key', '')} {item.get('message', '')}".strip())
+        else:
+            parts.append(str(item))
+    return "; ".join(parts)[:300]
+
+
+def on_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:
+    # Logged with its type only: an exception's text may quote a connection string.
+    log.error("%s %s failed: %s", request.method, request.url.path, type(exc).__name__)
+    return problem_response(500, "internal error; the server log has the details")

@@ -1,0 +1,290 @@
+"""Uploads: the body streams to a spool file while it is hashed, then into the asset store,
+and only then do the document row and its first job commit, in one transaction.
+
+Memory stays flat whatever the size (the body is never held whole: at most one 1 MiB
+buffer). A client that disconnects, an oversized body (413) or a refused one (415, 400)
+leaves nothing behind: the spool file is deleted and nothing reached the asset store or
+the database. The same bytes return the existing document, and so does a repeated
+``Idempotency-Key`` (its key is stored with the document in the same transaction).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+import unicodedata
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import IO, Any
+
+import anyio
+import anyio.to_thread
+import asyncpg
+import msgspec
+import multipart
+from litestar.exceptions import InternalServerException
+
+import schema
+from runtime.documents import DocumentRepository, Submitted
+from runtime.models import NewDocument
+from stages.assets import AssetStore, original_key
+from stages.serve.problems import problem
+
+Q = schema.load("serve")
+
+PDF = "application/pdf"
+FIRST_STAGE = "parse"
+_MAGIC = b"%PDF-"
+_HEAD = 1024
+_FLUSH = 1 << 20
+MAX_FILENAME = 255
+MAX_IDEMPOTENCY_KEY = 200
+_KEY_OK = re.compile(r"[\x21-\x7e]{1,200}")
+#: Form fields other than ``file`` are skipped, up to this size each.
+_MAX_OTHER_FIELD = 64 * 1024
+
+
+class Spooled(msgspec.Struct, frozen=True, kw_only=True):
+    path: Path
+    filename: str
+    sha256: str
+    byte_size: int
+
+
+class Spool:
+    """A temporary file the body goes into, hashed and counted on the way."""
+
+    def __init__(self, directory: Path, limit_bytes: int) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix="upload-", dir=directory)
+        os.fchmod(fd, 0o644)  # as the asset store's own files: it may adopt this one
+        self.path = Path(name)
+        self.file: IO[bytes] = os.fdopen(fd, "wb")
+        self.limit_bytes = limit_bytes
+        self.digest = hashlib.sha256()
+        self.size = 0
+        self.head = b""
+        self._buf = bytearray()
+
+    async def write(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.size > self.limit_bytes:
+            raise problem(413, f"upload larger than {self.limit_bytes // (1 << 20)} MB")
+        if len(self.head) < _HEAD:
+            self.head = (self.head + data)[:_HEAD]
+        self._buf += data
+        if len(self._buf) >= _FLUSH:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        data, self._buf = bytes(self._buf), bytearray()
+        # hashlib releases the GIL on large buffers: hash and write off the event loop.
+        await anyio.to_thread.run_sync(self._hash_and_write, data)
+
+    def _hash_and_write(self, data: bytes) -> None:
+        self.digest.update(data)
+        self.file.write(data)
+
+    def _close(self) -> None:
+        # Durable before anything refers to it: the asset store may adopt this very file.
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+
+    async def finish(self, filename: str) -> Spooled:
+        await self._flush()
+        await anyio.to_thread.run_sync(self._close)
+        check_pdf(filename, self.size, self.head)
+        return Spooled(
+            path=self.path, filename=filename, sha256=self.digest.hexdigest(), byte_size=self.size
+        )
+
+    def discard(self) -> None:
+        self.file.close()
+        self.path.unlink(missing_ok=True)
+
+
+def check_pdf(filename: str, size: int, head: bytes) -> None:
+    """The checks ``submit`` makes: not empty, a ``%PDF-`` header in the first KiB."""
+    if size == 0:
+        raise problem(400, f"{filename}: empty body (0 bytes)")
+    if _MAGIC not in head:
+        raise problem(415, f"{filename}: not a PDF (no %PDF- header)")
+
+
+def clean_filename(raw: str | None) -> str:
+    """A display name only (never a path): the last path segment, no control characters."""
+    name = (raw or "").replace("\\", "/").rsplit("/", 1)[-1]
+    name = "".join(c for c in name if unicodedata.category(c)[0] != "C").strip()
+    if name in ("", ".", ".."):
+        name = "upload.pdf"
+    return name[:MAX_FILENAME]
+
+
+def check_idempotency_key(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    if not _KEY_OK.fullmatch(raw):
+        raise problem(400, "Idempotency-Key must be 1-200 printable ASCII characters")
+    return raw
+
+
+def check_length(content_length: str | None, limit_bytes: int) -> None:
+    if content_length is None:
+        return
+    try:
+        length = int(content_length)
+    except ValueError:
+        raise problem(400, "Content-Length is not a number") from None
+    if length > limit_bytes:
+        raise problem(413, f"upload larger than {limit_bytes // (1 << 20)} MB")
+
+
+async def spool_raw(body: AsyncIterator[bytes], disposition: str | None, spool: Spool) -> Spooled:
+    filename = None
+    if disposition:
+        _, options = multipart.parse_options_header(disposition)
+        filename = options.get("filename")
+    async for chunk in body:
+        if chunk:
+            await spool.write(chunk)
+    return await spool.finish(clean_filename(filename))
+
+
+async def spool_multipart(body: AsyncIterator[bytes], content_type: str, spool: Spool) -> Spooled:
+    _, options = multipart.parse_options_header(content_type)
+    boundary = options.get("boundary")
+    if not boundary:
+        raise problem(400, "multipart body without a boundary")
+    parser = multipart.PushMultipartParser(boundary, max_segment_count=16)
+    state = _Parts()
+    try:
+        async for chunk in body:
+            for event in parser.parse(chunk):
+                await state.feed(event, spool)
+        for event in parser.parse(b""):
+            await state.feed(event, spool)
+    except multipart.MultipartError as exc:
+        raise problem(400, f"malformed multipart body: {exc}") from None
+    if state.filename is None:
+        raise problem(400, "multipart body has no 'file' field")
+    return await spool.finish(clean_filename(state.filename))
+
+
+class _Parts:
+    """Which segment the multipart parser is in; only ``file`` goes to the spool."""
+
+    def __init__(self) -> None:
+        self.filename: str | None = None
+        self.in_file = False
+        self.other = 0
+
+    async def feed(self, event: Any, spool: Spool) -> None:
+        if isinstance(event, multipart.MultipartSegment):
+            self.in_file = event.name == "file" and self.filename is None
+            if self.in_file:
+                self.filename = event.filename or "upload.pdf"
+            self.other = 0
+        elif event is None:
+            self.in_file = False
+        elif self.in_file:
+            await spool.write(bytes(event))
+        else:
+            self.other += len(event)
+            if self.other > _MAX_OTHER_FIELD:
+                raise problem(400, "form fields other than 'file' must be small")
+
+
+async def receive(
+    body: AsyncIterator[bytes],
+    headers: dict[str, str],
+    upload_dir: Path,
+    limit_bytes: int,
+) -> Spooled:
+    """Stream the request body to a spool file; the caller deletes it when done."""
+    check_length(headers.get("content-length"), limit_bytes)
+    spool = Spool(upload_dir, limit_bytes)
+    content_type = headers.get("content-type", "")
+    try:
+        if content_type.lower().startswith("multipart/"):
+            return await spool_multipart(body, content_type, spool)
+        return await spool_raw(body, headers.get("content-disposition"), spool)
+    except InternalServerException:  # litestar: the client disconnected mid-body
+        spool.discard()
+        raise problem(400, "client disconnected before the upload finished") from None
+    except BaseException:
+        spool.discard()
+        raise
+
+
+class Stored(msgspec.Struct, frozen=True, kw_only=True):
+    document_id: uuid.UUID
+    created: bool
+
+
+async def put_spooled(assets: AssetStore, key: str, path: Path) -> None:
+    """Into the asset store: renamed into place when the store is a directory on the same
+    file system (one write of the bytes in all), else copied or uploaded."""
+    move_in = getattr(assets, "move_file_in", None)
+    if move_in is not None and await move_in(key, path):
+        return
+    await assets.put_file(key, path, PDF)
+
+
+class _KeyTaken(Exception):
+    """A concurrent upload with the same Idempotency-Key committed first."""
+
+
+async def store(
+    pool: asyncpg.Pool[Any], assets: AssetStore, spooled: Spooled, idempotency_key: str | None
+) -> Stored:
+    """Bytes into the asset store (durable), then the document row + first job, atomically."""
+    if idempotency_key is not None:
+        known = await pool.fetchval(Q["find_upload_key"], idempotency_key)
+        if known is not None:
+            return Stored(document_id=known, created=False)
+    docs = DocumentRepository(pool)
+    existing = await docs.find_by_sha256(spooled.sha256)
+    if existing is not None:
+        return Stored(document_id=existing.id, created=False)
+    doc_id = uuid.uuid4()
+    key = original_key(doc_id, spooled.sha256)
+    await put_spooled(assets, key, spooled.path)
+    try:
+        result = await _commit(pool, spooled, doc_id, key, idempotency_key)
+    except _KeyTaken:
+        await assets.delete(key)
+        known = await pool.fetchval(Q["find_upload_key"], idempotency_key)
+        return Stored(document_id=known, created=False)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await assets.delete(key)
+        raise
+    if not result.created:  # lost a race with a concurrent upload of the same bytes
+        await assets.delete(key)
+    return Stored(document_id=result.document_id, created=result.created)
+
+
+async def _commit(
+    pool: asyncpg.Pool[Any], spooled: Spooled, doc_id: uuid.UUID, key: str, idem: str | None
+) -> Submitted:
+    new = NewDocument(
+        id=doc_id,
+        filename=spooled.filename,
+        media_type=PDF,
+        byte_size=spooled.byte_size,
+        sha256=spooled.sha256,
+        asset_key=key,
+    )
+    async with pool.acquire() as conn, conn.transaction():
+        result = await DocumentRepository(pool).submit(new, FIRST_STAGE, conn=conn)
+        if (
+            idem is not None
+            and result.created
+            and await conn.fetchval(Q["insert_upload_key"], idem, result.document_id) is None
+        ):
+            raise _KeyTaken
+        return result

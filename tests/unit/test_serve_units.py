@@ -1,0 +1,113 @@
+"""serve's pure pieces: bind rules, tokens, file names, keys, cursors, SSE ids."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+from litestar.exceptions import HTTPException
+
+from runtime.errors import ConfigurationError
+from stages.serve import api, events, uploads
+from stages.serve.auth import presented_token, token_ok
+from stages.serve.config import ServeConfig, is_loopback, parse_tokens
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.9.9.9", "::1", "[::1]", "localhost"])
+def test_loopback_hosts_need_no_tokens(host: str) -> None:
+    assert is_loopback(host)
+    assert ServeConfig(host=host).tokens == ()
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.5", "example.org"])
+def test_other_hosts_refuse_to_start_without_tokens(host: str) -> None:
+    with pytest.raises(ConfigurationError, match="without RAGLINE_API_TOKENS"):
+        ServeConfig(host=host)
+    assert ServeConfig(host=host, tokens=("t",)).host == host
+
+
+def test_tokens_parse_and_compare() -> None:
+    assert parse_tokens(" a, ,b ,") == ("a", "b")
+    assert parse_tokens(None) == ()
+    assert token_ok("b", ("a", "b")) and not token_ok("c", ("a", "b"))
+    assert not token_ok(None, ("a",)) and not token_ok("", ("a",))
+
+
+def test_token_from_header_or_cookie() -> None:
+    bearer = {"type": "http", "headers": [(b"authorization", b"Bearer abc")]}
+    cookie = {"type": "http", "headers": [(b"cookie", b"x=1; ragline_token=xyz")]}
+    basic = {"type": "http", "headers": [(b"authorization", b"Basic abc")]}
+    assert presented_token(bearer) == "abc"  # type: ignore[arg-type]
+    assert presented_token(cookie) == "xyz"  # type: ignore[arg-type]
+    assert presented_token(basic) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("raw", "clean"),
+    [
+        ("report.pdf", "report.pdf"),
+        ("../../etc/passwd", "passwd"),
+        ("C:\\Users\\me\\cv.pdf", "cv.pdf"),
+        ("a\x00b\nc.pdf", "abc.pdf"),
+        ("..", "upload.pdf"),
+        (None, "upload.pdf"),
+        ("x" * 300 + ".pdf", "x" * 255),
+    ],
+)
+def test_file_names_are_display_names_never_paths(raw: str | None, clean: str) -> None:
+    assert uploads.clean_filename(raw) == clean
+
+
+def test_idempotency_keys_and_lengths() -> None:
+    assert uploads.check_idempotency_key(None) is None
+    assert uploads.check_idempotency_key("order-42") == "order-42"
+    for bad in ("", "with space", "x" * 201, "é"):
+        with pytest.raises(HTTPException):
+            uploads.check_idempotency_key(bad)
+    uploads.check_length(None, 10)
+    uploads.check_length("10", 10)
+    with pytest.raises(HTTPException) as too_big:
+        uploads.check_length("11", 10)
+    assert too_big.value.status_code == 413
+    with pytest.raises(HTTPException):
+        uploads.check_length("ten", 10)
+
+
+def test_pdf_checks_match_submit() -> None:
+    uploads.check_pdf("a.pdf", 9, b"%PDF-1.7\n")
+    uploads.check_pdf("a.pdf", 20, b"\xef\xbb\xbfjunk %PDF-1.4")  # anywhere in the first KiB
+    with pytest.raises(HTTPException) as empty:
+        uploads.check_pdf("a.pdf", 0, b"")
+    assert empty.value.status_code == 400
+    with pytest.raises(HTTPException) as other:
+        uploads.check_pdf("a.txt", 5, b"hello")
+    assert other.value.status_code == 415 and "a.txt: not a PDF" in str(other.value.detail)
+
+
+def test_cursor_round_trip_and_garbage() -> None:
+    doc = api.DocumentOut(
+        id=uuid.uuid4(),
+        filename="f",
+        status="ready",
+        stage="index",
+        error=None,
+        generation=1,
+        byte_size=1,
+        sha256="0" * 64,
+        created_at=datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC),
+        updated_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+        url="/",
+    )
+    assert api.decode_cursor(api.encode_cursor(doc)) == (doc.created_at, doc.id)
+    for bad in ("!!", "bm90IGEgY3Vyc29y", ""):
+        with pytest.raises(HTTPException):
+            api.decode_cursor(bad)
+
+
+def test_last_event_id_is_a_number_or_nothing() -> None:
+    assert events.parse_last_id(None) is None and events.parse_last_id("") is None
+    assert events.parse_last_id("42") == 42
+    for bad in ("-1", "1e3", "x", "9" * 19):
+        with pytest.raises(HTTPException):
+            events.parse_last_id(bad)
