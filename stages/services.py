@@ -24,6 +24,7 @@ from stages.pdf import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MIN_IMAGE_BYTES, DEFAUL
 if TYPE_CHECKING:
     from stages.assets import AssetStore
     from stages.embedder import Embedder
+    from stages.tokens import TokenCounter
     from stages.vector_index import VectorIndex
     from stages.vision_model import VisionModel
 
@@ -36,6 +37,10 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         return int(raw) if raw else default
     except ValueError as exc:
         raise ConfigurationError(f"{name} must be a whole number, got {raw!r}") from exc
+
+
+def _optional_int(env: Mapping[str, str], name: str) -> int | None:
+    return _int(env, name, 0) if env.get(name, "").strip() else None
 
 
 def limiter_for(rpm: int) -> AsyncLimiter | None:
@@ -62,10 +67,16 @@ class PipelineSettings(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> PipelineSettings:
+        for gone in ("RAGLINE_CHUNK_CHARS", "RAGLINE_CHUNK_OVERLAP"):
+            if env.get(gone, "").strip():
+                raise ConfigurationError(
+                    f"{gone} is no longer read: chunks are sized in the embedder's tokens; "
+                    "set RAGLINE_CHUNK_TOKENS / RAGLINE_CHUNK_OVERLAP_TOKENS"
+                )
         return cls(
             chunk=ChunkConfig(
-                max_chars=_int(env, "RAGLINE_CHUNK_CHARS", 1000),
-                overlap_chars=_int(env, "RAGLINE_CHUNK_OVERLAP", 150),
+                max_tokens=_optional_int(env, "RAGLINE_CHUNK_TOKENS"),
+                overlap_tokens=_optional_int(env, "RAGLINE_CHUNK_OVERLAP_TOKENS"),
             ),
             min_image_px=_int(env, "RAGLINE_MIN_IMAGE_PX", DEFAULT_MIN_IMAGE_PX),
             max_image_pixels=_int(env, "RAGLINE_MAX_IMAGE_PIXELS", DEFAULT_MAX_IMAGE_PIXELS),
@@ -90,6 +101,13 @@ class Services:
         from stages.embedder import embedder_from_env
 
         return embedder_from_env(self.env)
+
+    @functools.cached_property
+    def token_counter(self) -> TokenCounter:
+        """The configured embedder's token counter, without loading the model."""
+        from stages.tokens import token_counter_from_env
+
+        return token_counter_from_env(self.env)
 
     @functools.cached_property
     def vision(self) -> VisionModel:

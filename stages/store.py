@@ -56,6 +56,24 @@ class NewChunk(msgspec.Struct, frozen=True, kw_only=True):
     page_start: int
     page_end: int
     sha256: str
+    #: Exact length in the embedder's tokens (None: not counted).
+    tokens: int | None = None
+    #: Longer than the embedder's window: the model never reads its tail.
+    over_window: bool = False
+
+
+class ChunkTokens(msgspec.Struct, frozen=True, kw_only=True):
+    """A document's text chunks: count, largest and total tokens, how many over the window."""
+
+    chunks: int
+    max_tokens: int | None
+    tokens: int | None
+    over_window: int
+
+
+class OverWindow(msgspec.Struct, frozen=True, kw_only=True):
+    chunks: int
+    documents: int
 
 
 class ChunkVector(msgspec.Struct, frozen=True, kw_only=True):
@@ -140,12 +158,26 @@ async def _insert_chunks(
         [c.page_start for c in chunks],
         [c.page_end for c in chunks],
         [c.sha256 for c in chunks],
+        [c.tokens for c in chunks],
+        [c.over_window for c in chunks],
     )
 
 
 async def chunks(db: Reader, document_id: uuid.UUID) -> list[ChunkRow]:
     rows = await db.fetch(Q["document_chunks"], document_id)
     return [to_struct(ChunkRow, r) for r in rows]
+
+
+async def chunks_over_window(db: Reader, document_id: uuid.UUID | None = None) -> OverWindow:
+    row = await db.fetchrow(Q["chunks_over_window"], document_id)
+    assert row is not None  # an aggregate always returns a row
+    return OverWindow(chunks=row["chunks"], documents=row["documents"])
+
+
+async def chunk_tokens(db: Reader, document_id: uuid.UUID) -> ChunkTokens:
+    row = await db.fetchrow(Q["document_chunk_tokens"], document_id)
+    assert row is not None  # an aggregate always returns a row
+    return to_struct(ChunkTokens, row)
 
 
 async def cached(db: Reader, model: str, sha256s: Sequence[str]) -> set[str]:

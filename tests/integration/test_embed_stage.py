@@ -30,7 +30,7 @@ pytestmark = pytest.mark.anyio
 #: Cohere's maximum number of texts per /v2/embed call.
 MAX_BATCH = 96
 #: Small chunks, so a PDF of a few dozen pages makes a few hundred of them.
-SMALL_CHUNKS = {"RAGLINE_CHUNK_CHARS": "400", "RAGLINE_CHUNK_OVERLAP": "40"}
+SMALL_CHUNKS = {"RAGLINE_CHUNK_TOKENS": "400", "RAGLINE_CHUNK_OVERLAP_TOKENS": "40"}
 
 
 async def embed_job(env: PipelineEnv, doc_id: uuid.UUID) -> JobRow:
