@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import asyncpg
 import msgspec
@@ -218,10 +218,20 @@ async def chunk_vectors(db: Reader, document_id: uuid.UUID, model: str) -> list[
             page_start=r["page_start"],
             page_end=r["page_end"],
             generation=r["generation"],
-            vector=vector_of(r["vector"]),
+            vector=vector,
         )
-        for r in rows
+        for r, vector in zip(rows, vectors_of([r["vector"] for r in rows]), strict=True)
     ]
+
+
+def vectors_of(data: Sequence[bytes | None]) -> list[list[float] | None]:
+    """:func:`vector_of` of many, decoded together when they are all there and of one size
+    (one numpy conversion instead of one per chunk)."""
+    sizes = {len(d) for d in data if d is not None}
+    if len(sizes) != 1 or None in data:
+        return [vector_of(d) for d in data]
+    matrix = np.frombuffer(b"".join(cast("list[bytes]", data)), dtype=VECTOR_DTYPE)
+    return cast("list[list[float] | None]", matrix.reshape(len(data), -1).tolist())
 
 
 async def documents_missing_model(db: Reader, model: str) -> list[uuid.UUID]:

@@ -21,6 +21,7 @@ character ``i``, so a span's size is ``prefix[end] - prefix[start]`` in O(1).
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 from collections.abc import Mapping, Sequence
@@ -179,7 +180,7 @@ class TokenizerCounter:
     other tokenizer is run on the whole text.
     """
 
-    def __init__(self, path: Path | str, max_tokens: int, name: str, cache_words: int = 100_000):
+    def __init__(self, path: Path | str, max_tokens: int, name: str, cache_words: int = 200_000):
         import tokenizers
 
         if not Path(path).is_file():
@@ -248,8 +249,11 @@ class TokenizerCounter:
         if None not in found:
             return cast("list[int]", found)
         missing = {w for w, n in zip(words, found, strict=True) if n is None}
-        if len(cache) + len(missing) > self._cache_words:
-            cache.clear()
+        excess = len(cache) + len(missing) - self._cache_words
+        if excess > 0:
+            # The oldest quarter (dicts keep insertion order) plus room for these words.
+            for word in list(itertools.islice(cache, excess + self._cache_words // 4)):
+                del cache[word]
         cache.update(self._count_words(list(missing)))
         return list(map(cache.__getitem__, words))
 
