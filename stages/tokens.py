@@ -248,14 +248,14 @@ class TokenizerCounter:
         found = list(map(cache.get, words))
         if None not in found:
             return cast("list[int]", found)
-        missing = {w for w, n in zip(words, found, strict=True) if n is None}
-        excess = len(cache) + len(missing) - self._cache_words
+        counted = self._count_words(list({w for w, n in zip(words, found) if n is None}))
+        excess = len(cache) + len(counted) - self._cache_words
         if excess > 0:
             # The oldest quarter (dicts keep insertion order) plus room for these words.
             for word in list(itertools.islice(cache, excess + self._cache_words // 4)):
                 del cache[word]
-        cache.update(self._count_words(list(missing)))
-        return list(map(cache.__getitem__, words))
+        cache.update(counted)
+        return [counted[w] if n is None else n for w, n in zip(words, found, strict=True)]
 
     def _count_words(self, words: list[str]) -> dict[str, int]:
         """Tokens of each word, from one run of the tokenizer over them all."""

@@ -151,6 +151,15 @@ def test_word_cache_counts_equal_the_tokenizer(script: str) -> None:
     assert int(counter.prefix(pages, "\n\n")[-1]) == sum(expected)
 
 
+def test_counts_stay_exact_when_the_word_cache_evicts() -> None:
+    counter = TokenizerCounter(MINILM_TOKENIZER, MINILM_MAX_TOKENS, "test", cache_words=50)
+    texts = [text for _, text in russian_pages(6)] + [" ".join(f"w{i}x" for i in range(300))]
+    expected = [len(tokenizer().encode(t, add_special_tokens=False).ids) for t in texts]
+    assert counter.counts(texts) == expected
+    assert counter.counts(texts[::-1]) == expected[::-1]
+    assert int(counter.prefix(texts, "\n\n")[-1]) == sum(expected)
+
+
 def test_prefix_and_counts_with_characters_bert_deletes() -> None:
     """Vertical tab, form feed, soft hyphen: str.split() cuts at the first two, BERT deletes
     all three and joins what is around them."""
