@@ -248,7 +248,8 @@ class TokenizerCounter:
         found = list(map(cache.get, words))
         if None not in found:
             return cast("list[int]", found)
-        counted = self._count_words(list({w for w, n in zip(words, found) if n is None}))
+        missing = {w for w, n in zip(words, found, strict=True) if n is None}
+        counted = self._count_words(list(missing))
         excess = len(cache) + len(counted) - self._cache_words
         if excess > 0:
             # The oldest quarter (dicts keep insertion order) plus room for these words.
