@@ -127,11 +127,11 @@ class _Text:
 
     def size(self, start: int, end: int) -> int:
         """Tokens starting in ``text[start:end]``."""
-        return int(self.prefix[end] - self.prefix[start])
+        return self.prefix.size(start, end)
 
     def back(self, end: int, tokens: int) -> int:
         """The first offset from which at most ``tokens`` tokens remain before ``end``."""
-        return int(self.prefix.searchsorted(self.prefix[end] - tokens, side="left"))
+        return self.prefix.back(end, tokens)
 
     def exact(self, start: int, end: int) -> bool:
         return self.counter.exact_span(self.text, start, end)

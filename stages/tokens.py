@@ -15,12 +15,15 @@ chunks with a :class:`TokenCounter` that matches the embedder:
   kept for tests and for ``bench/quality.py``'s "before" figure.
 
 Each counter gives exact counts of whole texts (:meth:`TokenCounter.counts`) and, for
-packing, a prefix array over a text: ``prefix[i]`` is how many tokens start before
-character ``i``, so a span's size is ``prefix[end] - prefix[start]`` in O(1).
+packing, a :class:`Prefix` over a text: ``prefix[i]`` is how many tokens start before
+character ``i``, so a span's size is ``prefix[end] - prefix[start]`` (two binary
+searches over the word starts).
 """
 
 from __future__ import annotations
 
+import array
+import bisect
 import itertools
 import re
 import threading
@@ -42,6 +45,7 @@ __all__ = [
     "MINILM_MAX_TOKENS",
     "MINILM_TOKENIZER",
     "CharCounter",
+    "Ints",
     "Prefix",
     "TokenCounter",
     "TokenizerCounter",
@@ -50,7 +54,43 @@ __all__ = [
     "token_counter_from_env",
 ]
 
-Prefix = npt.NDArray[np.int64]
+Ints = npt.NDArray[np.int64]
+
+
+class Prefix:
+    """How many tokens start before each character of a text, stored sparsely: the
+    offsets where tokens (or a word's tokens) start and their counts, O(words) memory
+    rather than O(characters). ``prefix[i]`` is the count before character ``i``."""
+
+    def __init__(self, starts: Ints, counts: Ints, length: int) -> None:
+        # array.array and bisect: a lookup costs a fraction of numpy's per-call overhead,
+        # at 8 bytes an entry.
+        self.starts = array.array("q", starts.tobytes())  # sorted, distinct
+        before = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=before[1:])
+        self.before = array.array("q", before.tobytes())
+        self.length = length
+
+    @classmethod
+    def dense(cls, counts: Ints) -> Prefix:
+        """One entry per character (``counts[i]`` tokens start at character ``i``)."""
+        return cls(np.arange(len(counts), dtype=np.int64), counts, len(counts))
+
+    def __getitem__(self, at: int) -> int:
+        if at < 0:
+            at += self.length + 1
+        return self.before[bisect.bisect_left(self.starts, at)]
+
+    def size(self, start: int, end: int) -> int:
+        """Tokens starting in ``[start, end)``."""
+        starts, before = self.starts, self.before
+        return before[bisect.bisect_left(starts, end)] - before[bisect.bisect_left(starts, start)]
+
+    def back(self, end: int, tokens: int) -> int:
+        """The first offset from which at most ``tokens`` tokens start before ``end``."""
+        group = bisect.bisect_left(self.before, self[end] - tokens)
+        return self.starts[group - 1] + 1 if group > 0 else 0
+
 
 MINILM_TOKENIZER = Path(__file__).parent / "data" / "all-MiniLM-L6-v2" / "tokenizer.json"
 #: all-MiniLM-L6-v2 was trained on 256-token inputs (sentence-transformers' max_seq_length).
@@ -120,7 +160,7 @@ class CharCounter:
 
     def prefix(self, parts: Sequence[str], separator: str) -> Prefix:
         size = sum(map(len, parts)) + len(separator) * max(len(parts) - 1, 0)
-        return np.arange(size + 1, dtype=np.int64)
+        return Prefix.dense(np.ones(size, dtype=np.int64))
 
 
 class Utf8Counter:
@@ -154,9 +194,7 @@ class Utf8Counter:
     def prefix(self, parts: Sequence[str], separator: str) -> Prefix:
         code = np.frombuffer(separator.join(parts).encode("utf-32-le"), dtype=np.uint32)
         size = 1 + (code >= 0x80).astype(np.int64) + (code >= 0x800) + (code >= 0x10000)
-        out = np.zeros(len(code) + 1, dtype=np.int64)
-        np.cumsum(size, out=out[1:])
-        return out
+        return Prefix.dense(size)
 
 
 # Python's str.split() whitespace that BERT's normalizer deletes as control characters
@@ -230,14 +268,22 @@ class TokenizerCounter:
         )
 
     def prefix(self, parts: Sequence[str], separator: str) -> Prefix:
-        text = separator.join(parts)
+        length = sum(map(len, parts)) + len(separator) * max(len(parts) - 1, 0)
         if not self._by_word:
-            return self._offsets_prefix(text)
-        starts, words = _word_starts(text)
-        weights = np.fromiter(self._word_counts(words), dtype=np.int64, count=len(words))
-        counts = np.bincount(starts + 1, weights=weights, minlength=len(text) + 1)
-        out: Prefix = np.cumsum(counts).astype(np.int64)
-        return out
+            return self._offsets_prefix(separator.join(parts))
+        # Page by page: a whitespace separator ends a word, and only one page's words
+        # (Python strings) are alive at a time.
+        starts: list[Ints] = []
+        counts: list[Ints] = []
+        at = 0
+        for part in parts:
+            where, words = _word_starts(part)
+            starts.append(where + at)
+            counts.append(np.fromiter(self._word_counts(words), np.int64, len(words)))
+            at += len(part) + len(separator)
+        if not starts:
+            return Prefix(np.zeros(0, np.int64), np.zeros(0, np.int64), length)
+        return Prefix(np.concatenate(starts), np.concatenate(counts), length)
 
     def _word_counts(self, words: list[str]) -> list[int]:
         with self._lock:
@@ -271,8 +317,8 @@ class TokenizerCounter:
     def _offsets_prefix(self, text: str) -> Prefix:
         encoding = self._tok.encode(text, add_special_tokens=False)
         firsts = np.fromiter((o[0] for o in encoding.offsets), np.int64, len(encoding))
-        out: Prefix = np.cumsum(np.bincount(firsts + 1, minlength=len(text) + 1))
-        return out
+        starts, counts = np.unique(firsts, return_counts=True)
+        return Prefix(starts, counts.astype(np.int64), len(text))
 
 
 def _spaces(text: str) -> npt.NDArray[np.bool_]:
@@ -288,7 +334,7 @@ def _words(text: str) -> list[str]:
     return text.split() if not _GLUE.search(text) else _word_starts(text)[1]
 
 
-def _word_starts(text: str) -> tuple[Prefix, list[str]]:
+def _word_starts(text: str) -> tuple[Ints, list[str]]:
     """Where each word starts, and the words."""
     space = _spaces(text)
     edges = np.flatnonzero(np.diff(np.concatenate(([True], space, [True])).astype(np.int8)))
