@@ -1,7 +1,11 @@
 """``python -m runtime`` and the ``ragline`` script."""
 
-from runtime import commands  # noqa: F401  (registers status, failures, retry)
-from runtime.cli import main
+from runtime.memory import limit_malloc_arenas
+
+limit_malloc_arenas()  # before any thread starts
+
+from runtime import commands  # noqa: E402, F401  (registers status, failures, retry)
+from runtime.cli import main  # noqa: E402
 
 
 def run() -> None:
