@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import random
 import re
+import string
 
 import pytest
 import tokenizers
@@ -222,3 +223,13 @@ def test_token_settings_are_read() -> None:
     chunk = PipelineSettings.from_env(env).chunk
     assert chunk.sizes(254) == ChunkSizes(200, 20, 50)
     assert PipelineSettings.from_env({}).chunk.sizes(254) == ChunkSizes(254, 38, 63)
+
+
+def test_ascii_words_counted_in_python_equal_the_tokenizer() -> None:
+    counter = TokenizerCounter(MINILM_TOKENIZER, MINILM_MAX_TOKENS, "test")
+    rng = random.Random(11)
+    alphabet = string.ascii_letters + string.digits + string.punctuation
+    words = {"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))) for _ in range(5000)}
+    words |= {"x" * 101, "a" * 100, "unaffable", "[SEP]", "a[UNK]b", "tab\x01bed", "naïve"}
+    listed = sorted(words)
+    assert counter._count_words(listed) == counter._tokenize_words(listed)
