@@ -5,12 +5,13 @@ Pure logic for the chunk stage. The pages are joined into one text with a blank 
 between pages, and every decision is made on character offsets into that text, so each
 chunk is a verbatim slice and its page span follows from where it starts and ends. Sizes
 are measured with a :class:`~stages.tokens.TokenCounter` (the configured embedder's
-tokenizer): one tokenization of the pages gives a prefix array, so any span's token count
-is a subtraction.
+tokenizer): one pass over the pages gives a :class:`~stages.tokens.Prefix` (where words
+start, how many tokens each has), so any span's token count is two binary searches.
 
 1. Paragraphs are the runs of text between blank lines (the parse stage writes one per
-   PDF text block). A paragraph longer than a chunk can hold is split further with
-   semchunk (at line, sentence, then word boundaries), counting exact tokens.
+   PDF text block). A paragraph longer than a chunk can hold is split further at line,
+   then sentence, then word boundaries (a single word longer than a chunk, with
+   semchunk at exact counts).
 2. Paragraphs are packed greedily into chunks of at most ``max_tokens`` tokens.
 3. A heading-like paragraph starts a new chunk unless the current one is still small, and
    a chunk never ends on a heading (the heading moves to the next chunk with its body).

@@ -73,11 +73,14 @@ class PipelineSettings(msgspec.Struct, frozen=True, kw_only=True):
                     f"{gone} is no longer read: chunks are sized in the embedder's tokens; "
                     "set RAGLINE_CHUNK_TOKENS / RAGLINE_CHUNK_OVERLAP_TOKENS"
                 )
+        chunk = ChunkConfig(
+            max_tokens=_optional_int(env, "RAGLINE_CHUNK_TOKENS"),
+            overlap_tokens=_optional_int(env, "RAGLINE_CHUNK_OVERLAP_TOKENS"),
+        )
+        if chunk.max_tokens is not None:
+            chunk.sizes(chunk.max_tokens)  # refuse a bad combination now, not per job
         return cls(
-            chunk=ChunkConfig(
-                max_tokens=_optional_int(env, "RAGLINE_CHUNK_TOKENS"),
-                overlap_tokens=_optional_int(env, "RAGLINE_CHUNK_OVERLAP_TOKENS"),
-            ),
+            chunk=chunk,
             min_image_px=_int(env, "RAGLINE_MIN_IMAGE_PX", DEFAULT_MIN_IMAGE_PX),
             max_image_pixels=_int(env, "RAGLINE_MAX_IMAGE_PIXELS", DEFAULT_MAX_IMAGE_PIXELS),
             embed_rpm=_int(env, "RAGLINE_EMBED_RPM", DEFAULT_EMBED_RPM),

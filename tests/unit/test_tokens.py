@@ -218,6 +218,12 @@ def test_character_settings_are_refused_with_what_to_set_instead(gone: str) -> N
         PipelineSettings.from_env({gone: "1000"})
 
 
+def test_an_overlap_over_half_the_chunk_is_refused_at_start() -> None:
+    env = {"RAGLINE_CHUNK_TOKENS": "100", "RAGLINE_CHUNK_OVERLAP_TOKENS": "60"}
+    with pytest.raises(ConfigurationError, match="at most half"):
+        PipelineSettings.from_env(env)
+
+
 def test_token_settings_are_read() -> None:
     env = {"RAGLINE_CHUNK_TOKENS": "200", "RAGLINE_CHUNK_OVERLAP_TOKENS": "20"}
     chunk = PipelineSettings.from_env(env).chunk
