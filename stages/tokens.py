@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from runtime.errors import ConfigurationError
+from stages.wordpiece import AsciiWordPiece
 
 if TYPE_CHECKING:
     import tokenizers
@@ -237,7 +238,7 @@ class TokenizerCounter:
         )
         self._cache: dict[str, int] = {}
         self._cache_words = cache_words
-        self._ascii = _AsciiWordPiece.of(Path(path)) if self._by_word else None
+        self._ascii = AsciiWordPiece.of(Path(path)) if self._by_word else None
         # The chunk stage runs several jobs' chunking in threads at once.
         self._lock = threading.Lock()
 
@@ -306,7 +307,7 @@ class TokenizerCounter:
         return [counted[w] if n is None else n for w, n in zip(words, found, strict=True)]
 
     def _count_words(self, words: list[str]) -> dict[str, int]:
-        """Tokens of each word: plain ASCII words by :class:`_AsciiWordPiece`, the rest
+        """Tokens of each word: plain ASCII words by :class:`AsciiWordPiece`, the rest
         from one run of the tokenizer over them all."""
         if self._ascii is None:
             return self._tokenize_words(words)
@@ -336,63 +337,6 @@ class TokenizerCounter:
         firsts = np.fromiter((o[0] for o in encoding.offsets), np.int64, len(encoding))
         starts, counts = np.unique(firsts, return_counts=True)
         return Prefix(starts, counts.astype(np.int64), len(text))
-
-
-# A lowercased ASCII word as BertPreTokenizer splits it: runs of letters and digits, and
-# each punctuation mark alone (BERT counts every printable ASCII non-alphanumeric).
-_ASCII_PIECES = re.compile(r"[a-z0-9]+|[!-/:-@\[-`{-~]")
-# Control characters (deleted by BERT's normalizer), and "[" (added tokens like [SEP] are
-# matched in the raw text): such words go to the tokenizer itself.
-_ASCII_HARD = re.compile(r"[\x00-\x1f\x7f\[]")
-
-
-class _AsciiWordPiece:
-    """BERT's uncased WordPiece count of a printable ASCII word, in Python: a word of
-    a new document is mostly a cache miss, and a dictionary walk costs a fraction of a
-    trip through the tokenizer (whose count it equals: ``tests/unit/test_tokens.py``)."""
-
-    def __init__(self, vocab: set[str], prefix: str, max_chars: int) -> None:
-        self.whole = vocab
-        self.pieces = {t[len(prefix) :] for t in vocab if t.startswith(prefix)}
-        self.max_chars = max_chars
-
-    @classmethod
-    def of(cls, path: Path) -> _AsciiWordPiece | None:
-        """For an uncased BERT WordPiece ``tokenizer.json``, else None."""
-        import json
-
-        spec = json.loads(path.read_text())
-        normalizer, model = spec.get("normalizer") or {}, spec.get("model") or {}
-        if not (
-            normalizer.get("type") == "BertNormalizer"
-            and normalizer.get("lowercase") is True
-            and model.get("type") == "WordPiece"
-        ):
-            return None
-        prefix = model.get("continuing_subword_prefix", "##")
-        return cls(set(model["vocab"]), prefix, int(model.get("max_input_chars_per_word", 100)))
-
-    def count(self, word: str) -> int | None:
-        """Tokens of ``word``; None if it is not plain printable ASCII."""
-        if not word.isascii() or _ASCII_HARD.search(word):
-            return None
-        return sum(map(self._piece, _ASCII_PIECES.findall(word.lower())))
-
-    def _piece(self, piece: str) -> int:
-        """Greedy longest match first; a piece that cannot be matched is one [UNK]."""
-        if piece in self.whole or len(piece) > self.max_chars:
-            return 1
-        tokens, start, end = 0, 0, len(piece)
-        while start < end:
-            vocab = self.whole if start == 0 else self.pieces
-            stop = end
-            while stop > start and piece[start:stop] not in vocab:
-                stop -= 1
-            if stop == start:
-                return 1
-            tokens += 1
-            start = stop
-        return tokens
 
 
 def _spaces(text: str) -> npt.NDArray[np.bool_]:
