@@ -1,8 +1,12 @@
 """``python -m runtime`` and the ``ragline`` script."""
 
-from runtime import commands  # noqa: F401  (registers status, failures, retry)
-from runtime.cli import main
-from runtime.private import private_umask
+from runtime.memory import limit_malloc_arenas
+
+limit_malloc_arenas()  # before any thread starts
+
+from runtime import commands  # noqa: E402, F401  (registers status, failures, retry)
+from runtime.cli import main  # noqa: E402
+from runtime.private import private_umask  # noqa: E402
 
 
 def run() -> None:

@@ -50,6 +50,8 @@ class Timeline(msgspec.Struct, kw_only=True):
     document: Document
     jobs: list[JobRow]
     waiting: str | None
+    #: The pipeline's own lines about the document (Plugin.status_notes).
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 async def why_waiting(pool: Pool, job: JobRow, workers: dict[str, int]) -> str | None:
@@ -131,6 +133,8 @@ def print_timeline(t: Timeline) -> None:
         click.echo(line)
     if t.waiting:
         click.echo(f"  waiting: {t.waiting}")
+    for note in t.notes:
+        click.echo(f"  {note}")
 
 
 @main.command()
@@ -144,13 +148,19 @@ def status(app: App, document: str | None, as_json: bool) -> None:
     """
     doc_id = parse_ids((document,))[0] if document else None
 
-    async def go(dsn: str) -> Any:
-        async with open_pool(dsn) as pool:
-            if doc_id is None:
-                return await stage_table(pool, app.plugin.stage_names)
-            return await timeline(pool, doc_id)
+    notes_of = app.plugin.status_notes
 
-    result = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    async def go(dsn: str) -> tuple[Any, list[str]]:
+        async with open_pool(dsn) as pool:
+            notes = await notes_of(pool, doc_id) if notes_of is not None else []
+            if doc_id is None:
+                return await stage_table(pool, app.plugin.stage_names), notes
+            found = await timeline(pool, doc_id)
+            if found is not None:
+                found.notes = notes
+            return found, notes
+
+    result, notes = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
     if doc_id is not None and result is None:
         click.echo(f"ragline: no document {doc_id}", err=True)
         sys.exit(EXIT_FAILED)
@@ -159,6 +169,8 @@ def status(app: App, document: str | None, as_json: bool) -> None:
     elif doc_id is None:
         print_stages(result)
         print_providers(result)
+        for note in notes:
+            click.echo(note)
     else:
         print_timeline(result)
 

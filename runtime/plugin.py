@@ -8,7 +8,8 @@ pipeline imports while ``python -m runtime`` still runs the RAG pipeline by defa
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,9 @@ class Plugin(msgspec.Struct, frozen=True, kw_only=True):
     #: The pipeline's rows of the settings table (:class:`runtime.settings.Setting`),
     #: checked with the engine's before anything starts.
     settings: Sequence[Setting] = ()
+    #: Extra lines for ``status``: ``(pool, None)`` for the overview, ``(pool, document
+    #: id)`` for one document's timeline (facts only the pipeline knows).
+    status_notes: Callable[[Any, uuid.UUID | None], Awaitable[list[str]]] | None = None
 
 
 def load_plugin(spec: str) -> Plugin:

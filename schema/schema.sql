@@ -117,9 +117,15 @@ CREATE TABLE chunks (
     page_end     integer NOT NULL,
     sha256       text NOT NULL,
     generation   integer NOT NULL,
+    -- Exact length in the embedder's tokens when cut (NULL: image chunks, older rows).
+    tokens       integer CHECK (tokens >= 0),
+    -- Longer than the embedder's window: its tail was never embedded (expected never).
+    over_window  boolean NOT NULL DEFAULT false,
     PRIMARY KEY (document_id, ordinal),
     CHECK (page_end >= page_start)
 );
+
+CREATE INDEX chunks_over_window ON chunks (document_id) WHERE over_window;
 
 -- embed: content-addressed cache, model + sha256(text) -> vector. Shared by documents,
 -- so re-embedding unchanged text is free and re-indexing needs no embedding call.

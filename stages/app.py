@@ -2,11 +2,31 @@
 
 from __future__ import annotations
 
+import uuid
+from typing import Any
+
 from runtime.plugin import Plugin
-from stages import cli
+from stages import cli, store
 from stages.pipeline import DEFAULT_CONCURRENCY, STAGES, build
 from stages.serve.cli import serve
 from stages.settings import PIPELINE_SETTINGS
+
+
+async def status_notes(pool: Any, document_id: uuid.UUID | None) -> list[str]:
+    """``status``'s lines on chunk sizes: chunks longer than the embedder's window (their
+    tail is never embedded; expected 0) overall, or a document's chunk sizes."""
+    if document_id is None:
+        over = await store.chunks_over_window(pool)
+        return [f"chunks over the embedder's window: {over.chunks} (in {over.documents} documents)"]
+    sizes = await store.chunk_tokens(pool, document_id)
+    if not sizes.chunks:
+        return []
+    largest = "?" if sizes.max_tokens is None else str(sizes.max_tokens)
+    return [
+        f"text chunks: {sizes.chunks}, {sizes.tokens or 0} tokens, largest {largest}, "
+        f"over the embedder's window: {sizes.over_window}"
+    ]
+
 
 plugin = Plugin(
     stage_names=STAGES,
@@ -14,4 +34,5 @@ plugin = Plugin(
     default_concurrency=DEFAULT_CONCURRENCY,
     commands=[*cli.COMMANDS, serve],
     settings=PIPELINE_SETTINGS,
+    status_notes=status_notes,
 )

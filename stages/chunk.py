@@ -1,8 +1,19 @@
-"""chunk: pages → structure-aware text chunks with overlap and page provenance."""
+"""chunk: pages → structure-aware text chunks sized in the embedder's tokens, with overlap
+and page provenance.
+
+Chunks are sized with the configured embedder's own token counter
+(:attr:`Services.token_counter`) and, by default, to its window, so the model reads every
+token. Each chunk row records its exact token count and whether it is over the window
+(only possible with ``RAGLINE_CHUNK_TOKENS`` set above the window); the stage logs and
+counts those (``ragline_chunks_over_window``), and ``status`` shows them.
+"""
 
 from __future__ import annotations
 
+import logging
+
 import anyio.to_thread
+from prometheus_client import Counter, Histogram
 
 from runtime.errors import MissingInput
 from runtime.models import Job
@@ -10,6 +21,19 @@ from runtime.stage import DbConn, JobContext
 from stages import store
 from stages.chunking import chunk_pages
 from stages.services import Services
+
+log = logging.getLogger(__name__)
+
+CHUNKS = Counter("ragline_chunks", "Text chunks cut")
+OVER_WINDOW = Counter(
+    "ragline_chunks_over_window",
+    "Text chunks longer than the embedder's window (their tail is never embedded)",
+)
+CHUNK_TOKENS = Histogram(
+    "ragline_chunk_tokens",
+    "Text chunk length in the embedder's tokens",
+    buckets=(16, 32, 64, 128, 192, 254, 256, 384, 512, 1024, 2048, 8192),
+)
 
 
 class ChunkStage:
@@ -23,18 +47,38 @@ class ChunkStage:
         if not pages:
             raise MissingInput(f"{ctx.job.filename}: no parsed pages; run parse first")
         config = self.services.settings.chunk
+        counter = self.services.token_counter
         chunks = await anyio.to_thread.run_sync(
-            lambda: chunk_pages([(p.page, p.text) for p in pages], config)
+            lambda: chunk_pages([(p.page, p.text) for p in pages], config, counter)
         )
-        return [
+        window = counter.window
+        out = [
             store.NewChunk(
-                text=c.text, page_start=c.page_start, page_end=c.page_end, sha256=c.sha256
+                text=c.text,
+                page_start=c.page_start,
+                page_end=c.page_end,
+                sha256=c.sha256,
+                tokens=c.tokens,
+                over_window=c.tokens > window,
             )
             for c in chunks
         ]
+        over = sum(c.over_window for c in out)
+        if over:
+            log.warning(
+                "%s: %d of %d chunks are longer than the %d-token window of %s "
+                "(RAGLINE_CHUNK_TOKENS is above it); their tails will not be embedded",
+                ctx.job.filename, over, len(out), window, counter.name,
+            )  # fmt: skip
+        return out
 
     async def write(self, conn: DbConn, job: Job, output: list[store.NewChunk]) -> None:
         await store.replace_text_chunks(conn, job.document_id, job.generation, output)
+        # Counted as they are written, in the job's completion (a lost lease counts none).
+        CHUNKS.inc(len(output))
+        OVER_WINDOW.inc(sum(c.over_window for c in output))
+        for c in output:
+            CHUNK_TOKENS.observe(c.tokens or 0)
 
     async def on_failed(self, job: Job) -> None:
         """Nothing outside PostgreSQL to undo."""

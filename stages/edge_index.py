@@ -273,21 +273,21 @@ class EdgeIndex:
 
     async def upsert(self, collection: str, points: Sequence[Point]) -> None:
         check_points(points)
-        operations = self._upserts(points)
-        await self._run(collection, "upsert", lambda s: s.write(collection, operations))
+        await self._run(collection, "upsert", lambda s: s.write(collection, self._upserts(points)))
 
     async def replace_document(
         self, collection: str, document_id: uuid.UUID, generation: int, points: Sequence[Point]
     ) -> None:
         check_document_points(points, document_id, generation)
-        operations = self._upserts(points)
         stale = qe.UpdateOperation.delete_points_by_filter(
             _edge_filter(document_id, not_equal=generation)
         )
 
         def run(session: _Session) -> None:
             if points or session.get() is not None:
-                session.write(collection, [*operations, stale])
+                # Built in the thread: converting payloads into qdrant-edge's points is the
+                # index stage's largest CPU cost, and would otherwise hold the event loop.
+                session.write(collection, [*self._upserts(points), stale])
 
         await self._run(collection, "replace_document", run)
 

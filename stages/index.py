@@ -8,6 +8,7 @@ one point per chunk. A permanently failed run removes what its generation wrote.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from runtime.errors import MissingInput
@@ -15,7 +16,7 @@ from runtime.models import Job
 from runtime.stage import DbConn, JobContext
 from stages import store
 from stages.services import Services
-from stages.vector_index import new_point
+from stages.vector_index import DOCUMENT_FIELD, GENERATION_FIELD, Point, point_ids
 
 
 class IndexStage:
@@ -37,12 +38,7 @@ class IndexStage:
         collection = self.services.collection
         index = self.services.index
         await index.ensure_collection(collection, embedder.dimensions)
-        points = [
-            new_point(
-                job.document_id, r.ordinal, job.generation, r.vector or [], payload=payload(r, job)
-            )
-            for r in rows
-        ]
+        points = document_points(rows, job)
         # A job cancelled by a reprocess must not touch the index: the lease check makes
         # the window a stale worker has tiny, and verify catches what slips through it.
         await ctx.checkpoint(_nothing)
@@ -64,6 +60,7 @@ async def _nothing(conn: DbConn) -> None:
 
 
 def payload(row: store.ChunkVector, job: Job) -> dict[str, Any]:
+    """What search shows of a chunk, beside the fields every point carries."""
     return {
         "ordinal": row.ordinal,
         "kind": row.kind,
@@ -72,3 +69,28 @@ def payload(row: store.ChunkVector, job: Job) -> dict[str, Any]:
         "page_end": row.page_end,
         "filename": job.filename,
     }
+
+
+def document_points(rows: Sequence[store.ChunkVector], job: Job) -> list[Point]:
+    """The document's points, as :func:`stages.vector_index.new_point` builds them, in one
+    pass: ids from one hash state, the per-document fields computed once, one dict each
+    (this runs once per chunk on the throughput path)."""
+    document, generation, filename = str(job.document_id), job.generation, job.filename
+    ids = point_ids(job.document_id, [r.ordinal for r in rows])
+    return [
+        Point(
+            id=point,
+            vector=r.vector or [],
+            payload={
+                "ordinal": r.ordinal,
+                "kind": r.kind,
+                "text": r.text,
+                "page_start": r.page_start,
+                "page_end": r.page_end,
+                "filename": filename,
+                DOCUMENT_FIELD: document,
+                GENERATION_FIELD: generation,
+            },
+        )
+        for point, r in zip(ids, rows, strict=True)
+    ]

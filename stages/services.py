@@ -25,6 +25,7 @@ from stages.pdf import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MIN_IMAGE_BYTES, DEFAUL
 if TYPE_CHECKING:
     from stages.assets import AssetStore
     from stages.embedder import Embedder
+    from stages.tokens import TokenCounter
     from stages.vector_index import VectorIndex
     from stages.vision_model import VisionModel
 
@@ -41,6 +42,10 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         return int(raw) if raw else default
     except ValueError as exc:
         raise ConfigurationError(f"{name} must be a whole number, got {raw!r}") from exc
+
+
+def _optional_int(env: Mapping[str, str], name: str) -> int | None:
+    return _int(env, name, 0) if env.get(name, "").strip() else None
 
 
 def limiter_for(rpm: int) -> AsyncLimiter | None:
@@ -81,14 +86,18 @@ class PipelineSettings(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> PipelineSettings:
-        max_chars = _int(env, "RAGLINE_CHUNK_CHARS", 1000)
-        overlap = _int(env, "RAGLINE_CHUNK_OVERLAP", 150)
-        try:
-            chunk = ChunkConfig(max_chars=max_chars, overlap_chars=overlap)
-        except ConfigurationError as exc:
-            raise ConfigurationError(
-                f"RAGLINE_CHUNK_CHARS={max_chars} / RAGLINE_CHUNK_OVERLAP={overlap}: {exc}"
-            ) from exc
+        for gone in ("RAGLINE_CHUNK_CHARS", "RAGLINE_CHUNK_OVERLAP"):
+            if env.get(gone, "").strip():
+                raise ConfigurationError(
+                    f"{gone} is no longer read: chunks are sized in the embedder's tokens; "
+                    "set RAGLINE_CHUNK_TOKENS / RAGLINE_CHUNK_OVERLAP_TOKENS"
+                )
+        chunk = ChunkConfig(
+            max_tokens=_optional_int(env, "RAGLINE_CHUNK_TOKENS"),
+            overlap_tokens=_optional_int(env, "RAGLINE_CHUNK_OVERLAP_TOKENS"),
+        )
+        if chunk.max_tokens is not None:
+            chunk.sizes(chunk.max_tokens)  # refuse a bad combination now, not per job
         return cls(
             chunk=chunk,
             min_image_px=_int(env, "RAGLINE_MIN_IMAGE_PX", DEFAULT_MIN_IMAGE_PX),
@@ -116,6 +125,13 @@ class Services:
         from stages.embedder import embedder_from_env
 
         return embedder_from_env(self.env)
+
+    @functools.cached_property
+    def token_counter(self) -> TokenCounter:
+        """The configured embedder's token counter, without loading the model."""
+        from stages.tokens import token_counter_from_env
+
+        return token_counter_from_env(self.env)
 
     @functools.cached_property
     def vision(self) -> VisionModel:

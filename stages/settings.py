@@ -9,6 +9,7 @@ are built, which ``Services.prepare`` does at start.
 from __future__ import annotations
 
 from runtime.settings import MAX_SECONDS, Setting
+from stages.chunking import MIN_CHUNK_TOKENS
 
 _HTTP = ("http", "https")
 
@@ -39,13 +40,15 @@ PIPELINE_SETTINGS: tuple[Setting, ...] = (
         maximum=MAX_SECONDS,
         unit="seconds",
     ),
-    Setting.number("RAGLINE_CHUNK_CHARS", int, minimum=50, maximum=1_000_000, unit="characters"),
     Setting.number(
-        "RAGLINE_CHUNK_OVERLAP",
+        "RAGLINE_CHUNK_TOKENS", int, minimum=MIN_CHUNK_TOKENS, maximum=1_000_000, unit="tokens"
+    ),
+    Setting.number(
+        "RAGLINE_CHUNK_OVERLAP_TOKENS",
         int,
         minimum=0,
         maximum=500_000,
-        unit="characters, at most half of RAGLINE_CHUNK_CHARS",
+        unit="tokens, at most half of RAGLINE_CHUNK_TOKENS",
     ),
     Setting.number("RAGLINE_MIN_IMAGE_PX", int, minimum=0, maximum=100_000, unit="pixels"),
     Setting.number("RAGLINE_MAX_IMAGE_PIXELS", int, minimum=1, unit="pixels"),

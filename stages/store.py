@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import asyncpg
 import msgspec
@@ -56,6 +56,24 @@ class NewChunk(msgspec.Struct, frozen=True, kw_only=True):
     page_start: int
     page_end: int
     sha256: str
+    #: Exact length in the embedder's tokens (None: not counted).
+    tokens: int | None = None
+    #: Longer than the embedder's window: the model never reads its tail.
+    over_window: bool = False
+
+
+class ChunkTokens(msgspec.Struct, frozen=True, kw_only=True):
+    """A document's text chunks: count, largest and total tokens, how many over the window."""
+
+    chunks: int
+    max_tokens: int | None
+    tokens: int | None
+    over_window: int
+
+
+class OverWindow(msgspec.Struct, frozen=True, kw_only=True):
+    chunks: int
+    documents: int
 
 
 class ChunkVector(msgspec.Struct, frozen=True, kw_only=True):
@@ -140,12 +158,26 @@ async def _insert_chunks(
         [c.page_start for c in chunks],
         [c.page_end for c in chunks],
         [c.sha256 for c in chunks],
+        [c.tokens for c in chunks],
+        [c.over_window for c in chunks],
     )
 
 
 async def chunks(db: Reader, document_id: uuid.UUID) -> list[ChunkRow]:
     rows = await db.fetch(Q["document_chunks"], document_id)
     return [to_struct(ChunkRow, r) for r in rows]
+
+
+async def chunks_over_window(db: Reader, document_id: uuid.UUID | None = None) -> OverWindow:
+    row = await db.fetchrow(Q["chunks_over_window"], document_id)
+    assert row is not None  # an aggregate always returns a row
+    return OverWindow(chunks=row["chunks"], documents=row["documents"])
+
+
+async def chunk_tokens(db: Reader, document_id: uuid.UUID) -> ChunkTokens:
+    row = await db.fetchrow(Q["document_chunk_tokens"], document_id)
+    assert row is not None  # an aggregate always returns a row
+    return to_struct(ChunkTokens, row)
 
 
 async def cached(db: Reader, model: str, sha256s: Sequence[str]) -> set[str]:
@@ -186,10 +218,20 @@ async def chunk_vectors(db: Reader, document_id: uuid.UUID, model: str) -> list[
             page_start=r["page_start"],
             page_end=r["page_end"],
             generation=r["generation"],
-            vector=vector_of(r["vector"]),
+            vector=vector,
         )
-        for r in rows
+        for r, vector in zip(rows, vectors_of([r["vector"] for r in rows]), strict=True)
     ]
+
+
+def vectors_of(data: Sequence[bytes | None]) -> list[list[float] | None]:
+    """:func:`vector_of` of many, decoded together when they are all there and of one size
+    (one numpy conversion instead of one per chunk)."""
+    sizes = {len(d) for d in data if d is not None}
+    if len(sizes) != 1 or None in data:
+        return [vector_of(d) for d in data]
+    matrix = np.frombuffer(b"".join(cast("list[bytes]", data)), dtype=VECTOR_DTYPE)
+    return cast("list[list[float] | None]", matrix.reshape(len(data), -1).tolist())
 
 
 async def documents_missing_model(db: Reader, model: str) -> list[uuid.UUID]:

@@ -65,10 +65,26 @@ SELECT coalesce(max(ordinal) + 1, 0) FROM chunks WHERE document_id = $1 AND kind
 -- name: insert_chunks
 -- Chunks of one kind.
 -- $1 document id, $2 kind, $3 generation, $4 ordinals, $5 texts, $6 first pages,
--- $7 last pages, $8 sha256s
-INSERT INTO chunks (document_id, kind, generation, ordinal, text, page_start, page_end, sha256)
+-- $7 last pages, $8 sha256s, $9 token counts (NULL: not counted), $10 over the window
+INSERT INTO chunks (document_id, kind, generation, ordinal, text, page_start, page_end, sha256,
+                    tokens, over_window)
 SELECT $1, $2::ragline_chunk_kind, $3, * FROM unnest($4::int[], $5::text[], $6::int[],
-                                                     $7::int[], $8::text[]);
+                                                     $7::int[], $8::text[], $9::int[],
+                                                     $10::boolean[]);
+
+-- name: chunks_over_window
+-- Chunks longer than the embedder's window (their tail was never embedded), in how many
+-- documents; of one document, or of all (the partial index keeps this cheap).
+-- $1 document id (NULL: all documents)
+SELECT count(*) AS chunks, count(DISTINCT document_id) AS documents
+FROM chunks WHERE over_window AND ($1::uuid IS NULL OR document_id = $1);
+
+-- name: document_chunk_tokens
+-- A document's text chunks: how many, their largest and total token counts.
+-- $1 document id
+SELECT count(*) AS chunks, max(tokens) AS max_tokens, sum(tokens)::bigint AS tokens,
+       count(*) FILTER (WHERE over_window) AS over_window
+FROM chunks WHERE document_id = $1 AND kind = 'text';
 
 -- name: document_chunks
 -- A document's chunks in order.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import signal
 import uuid
@@ -277,7 +278,9 @@ def test_ingest_interrupted_then_resumed_redoes_nothing(cli: Cli) -> None:
 def test_status_table_and_json(readonly: dict[str, Result]) -> None:
     table, as_json = readonly["status"], readonly["status_json"]
     assert table.code == as_json.code == EXIT_OK, table
-    header, *rows = table.out_lines
+    header, *rows, chunks = table.out_lines
+    # Every token of the samples is embedded: no chunk is longer than the model's window.
+    assert chunks == "chunks over the embedder's window: 0 (in 0 documents)", table
     assert header.split()[:6] == ["stage", "queued", "backoff", "running", "failed", "oldest"]
     assert header.split()[-1] == "workers"
     assert [r.split()[0] for r in rows] == list(STAGES)
@@ -294,8 +297,12 @@ def test_status_of_a_document_shows_its_timeline(
     doc_id = ingested.ids["lighthouses.pdf"]
     text, as_json = readonly["timeline"], readonly["timeline_json"]
     assert text.code == as_json.code == EXIT_OK, text
-    first, *jobs = text.out_lines
+    first, *jobs, chunks = text.out_lines
     assert first.startswith(f"lighthouses.pdf {doc_id}: ready at index"), text
+    sizes = re.fullmatch(
+        r"  text chunks: \d+, \d+ tokens, largest (\d+), over the embedder's window: 0", chunks
+    )
+    assert sizes and int(sizes.group(1)) <= 254, text  # all-MiniLM-L6-v2: 256 less 2
     assert [line.split()[0] for line in jobs] == list(STAGES), text
     assert all(" succeeded " in line and "attempts 1/" in line for line in jobs), text
     body = as_json.json()
@@ -303,6 +310,7 @@ def test_status_of_a_document_shows_its_timeline(
     assert body["document"]["status"] == "ready"
     assert [j["stage"] for j in body["jobs"]] == list(STAGES)
     assert body["waiting"] is None
+    assert body["notes"] == [chunks.strip()]
 
 
 # -- reprocess ------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.anyio
 #: Cohere's maximum number of texts per /v2/embed call.
 MAX_BATCH = 96
 #: Small chunks, so a PDF of a few dozen pages makes a few hundred of them.
-SMALL_CHUNKS = {"RAGLINE_CHUNK_CHARS": "400", "RAGLINE_CHUNK_OVERLAP": "40"}
+SMALL_CHUNKS = {"RAGLINE_CHUNK_TOKENS": "400", "RAGLINE_CHUNK_OVERLAP_TOKENS": "40"}
 #: Probes every 0.2-0.4 s instead of 5-60 s.
 FAST_CIRCUIT = CircuitConfig(failures=3, probe_s=0.2, probe_max_s=0.4)
 

@@ -140,7 +140,9 @@ async def test_worker_killed_during_index_jobs_converges_to_one_point_per_chunk(
     dsn: str, tmp_path: Path, fake_cohere: TimedCohere, procs: Start
 ) -> None:
     data_dir = tmp_path / "data"
-    env_vars = cohere_env(fake_cohere, RAGLINE_CHUNK_CHARS="400", RAGLINE_CHUNK_OVERLAP="40")
+    env_vars = cohere_env(
+        fake_cohere, RAGLINE_CHUNK_TOKENS="400", RAGLINE_CHUNK_OVERLAP_TOKENS="40"
+    )
     async with pipeline_env(dsn, data_dir, **env_vars) as env:
         big = long_pdf(tmp_path / "harbour-log.pdf", 100)
         ids = await env.submit_all([sample(n) for n in ("lighthouses.pdf", "sourdough.pdf")])
@@ -166,7 +168,7 @@ async def test_worker_killed_during_index_jobs_converges_to_one_point_per_chunk(
 async def test_shrinking_reprocess_leaves_no_orphan_points(
     dsn: str, tmp_path: Path, fake_cohere: TimedCohere
 ) -> None:
-    small = {"RAGLINE_CHUNK_CHARS": "300", "RAGLINE_CHUNK_OVERLAP": "30"}
+    small = {"RAGLINE_CHUNK_TOKENS": "300", "RAGLINE_CHUNK_OVERLAP_TOKENS": "30"}
     async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere, **small)) as env:
         paths = [
             sample("rust-borrow-checker.pdf"),
@@ -179,7 +181,7 @@ async def test_shrinking_reprocess_leaves_no_orphan_points(
         old = {r.id for r in await env.points(target)}
 
         await env.docs.reprocess(target, "chunk")
-        await env.run(env={"RAGLINE_CHUNK_CHARS": "3000", "RAGLINE_CHUNK_OVERLAP": "0"})
+        await env.run(env={"RAGLINE_CHUNK_TOKENS": "3000", "RAGLINE_CHUNK_OVERLAP_TOKENS": "0"})
 
         new = {r.id for r in await env.points(target)}
         chunks = await env.chunks(target)

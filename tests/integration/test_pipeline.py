@@ -219,7 +219,7 @@ async def test_resubmitting_the_same_bytes_runs_nothing_again(
 async def test_reprocess_from_chunk_with_bigger_chunks_leaves_no_stale_points(
     dsn: str, tmp_path: Path, fake_cohere: TimedCohere
 ) -> None:
-    small = {"RAGLINE_CHUNK_CHARS": "300", "RAGLINE_CHUNK_OVERLAP": "30"}
+    small = {"RAGLINE_CHUNK_TOKENS": "300", "RAGLINE_CHUNK_OVERLAP_TOKENS": "30"}
     async with pipeline_env(dsn, tmp_path / "data", **cohere_env(fake_cohere, **small)) as env:
         ids = await env.submit_all([sample("lighthouses.pdf"), sample("rust-borrow-checker.pdf")])
         await env.run()
@@ -229,7 +229,7 @@ async def test_reprocess_from_chunk_with_bigger_chunks_leaves_no_stale_points(
         parses = await env.job_count("parse")
 
         assert await env.docs.reprocess(target, "chunk") == 2
-        await env.run(env={"RAGLINE_CHUNK_CHARS": "2000", "RAGLINE_CHUNK_OVERLAP": "100"})
+        await env.run(env={"RAGLINE_CHUNK_TOKENS": "2000", "RAGLINE_CHUNK_OVERLAP_TOKENS": "100"})
 
         doc = await env.doc(target)
         assert (doc.status, doc.generation) == ("ready", 2)

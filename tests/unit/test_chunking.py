@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from runtime.errors import ConfigurationError
-from stages.chunking import Chunk, ChunkConfig, chunk_pages, is_heading
+from stages.chunking import Chunk, ChunkConfig, ChunkSizes, chunk_pages, is_heading
 from stages.pdf import iter_pages, open_pdf
 from tests.support.corpus import corpus_pdfs
 
@@ -60,7 +60,7 @@ def test_page_numbers_are_taken_as_given() -> None:
 
 
 def test_chunks_never_exceed_the_size_limit() -> None:
-    config = ChunkConfig(max_chars=300, overlap_chars=60, min_chars_before_heading=50)
+    config = ChunkConfig(max_tokens=300, overlap_tokens=60, min_tokens_before_heading=50)
     pages = [*tagged_pages(30), (31, "x" * 2000), (32, "word " * 500)]
     chunks = chunk_pages(pages, config)
     assert max(len(c.text) for c in chunks) <= 300
@@ -80,7 +80,7 @@ def test_no_text_is_lost_and_chunks_are_verbatim_slices() -> None:
 
 
 def test_consecutive_chunks_overlap_by_at_most_the_overlap() -> None:
-    config = ChunkConfig(max_chars=500, overlap_chars=100)
+    config = ChunkConfig(max_tokens=500, overlap_tokens=100)
     chunks = chunk_pages(tagged_pages(20), config)
     overlaps = [overlap(a.text, b.text) for a, b in itertools.pairwise(chunks)]
     assert max(overlaps) <= 100
@@ -89,7 +89,7 @@ def test_consecutive_chunks_overlap_by_at_most_the_overlap() -> None:
 
 
 def test_no_overlap_when_configured_off() -> None:
-    config = ChunkConfig(max_chars=500, overlap_chars=0)
+    config = ChunkConfig(max_tokens=500, overlap_tokens=0)
     chunks = chunk_pages(tagged_pages(20), config)
     words = [w for c in chunks for w in re.findall(r"p\d+w\d+", c.text)]
     assert len(words) == len(set(words))
@@ -112,7 +112,7 @@ SECTIONED = [
 
 
 def test_sections_start_chunks_and_chunks_never_end_on_a_heading() -> None:
-    chunks = chunk_pages(SECTIONED, ChunkConfig(max_chars=1000, overlap_chars=150))
+    chunks = chunk_pages(SECTIONED, ChunkConfig(max_tokens=1000, overlap_tokens=150))
     firsts = [c.text.split("\n\n")[0] for c in chunks]
     assert firsts == ["Baking Bread", "1.1 Mixing", "2.3\nShaping", "Chapter 3\nBaking"]
     assert [(c.page_start, c.page_end) for c in chunks] == [(1, 1), (2, 2), (2, 3), (3, 4)]
@@ -179,15 +179,22 @@ def test_is_heading(text: str, expected: bool) -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [
-        {"max_chars": 10},
-        {"overlap_chars": 600},
-        {"overlap_chars": -1},
-        {"min_chars_before_heading": 5000},
+        {"max_tokens": 10},
+        {"overlap_tokens": 600},
+        {"overlap_tokens": -1},
+        {"min_tokens_before_heading": 5000},
+        {"max_tokens": 100, "overlap_tokens": 51},
     ],
 )
 def test_invalid_config(kwargs: dict[str, int]) -> None:
     with pytest.raises(ConfigurationError):
-        ChunkConfig(**kwargs)
+        ChunkConfig(**kwargs).sizes(1000)
+
+
+def test_sizes_follow_the_window_unless_set() -> None:
+    assert ChunkConfig().sizes(254) == ChunkSizes(254, 38, 63)
+    assert ChunkConfig().sizes(1000) == ChunkSizes(1000, 150, 250)
+    assert ChunkConfig(max_tokens=200, overlap_tokens=0).sizes(254) == ChunkSizes(200, 0, 50)
 
 
 def test_invalid_page_number() -> None:

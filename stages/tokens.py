@@ -1,0 +1,391 @@
+"""Token counting in the configured embedder's own units, for sizing chunks.
+
+A chunk is useful only as far as the embedding model reads it: all-MiniLM-L6-v2 sees 256
+WordPiece tokens, special tokens included, and silently drops the rest. The chunker sizes
+chunks with a :class:`TokenCounter` that matches the embedder:
+
+- :class:`TokenizerCounter`: the local model's own tokenizer (``tokenizer.json`` through
+  the ``tokenizers`` library), window = the model's input size less its special tokens
+  ([CLS] and [SEP]: 256 - 2 = 254).
+- :class:`Utf8Counter`: Cohere. Its tokenizer is not shipped and nothing may be
+  downloaded at run time, so sizes are counted in UTF-8 bytes: each token of a byte-level
+  BPE covers at least one byte, so bytes are an upper bound of its tokens. The window is
+  embed-v4.0's documented input limit, 128,000 tokens (512 for the v3 models).
+- :class:`CharCounter`: one token per character, the unit chunks were sized in before;
+  kept for tests and for ``bench/quality.py``'s "before" figure.
+
+Each counter gives exact counts of whole texts (:meth:`TokenCounter.counts`) and, for
+packing, a :class:`Prefix` over a text: ``prefix[i]`` is how many tokens start before
+character ``i``, so a span's size is ``prefix[end] - prefix[start]`` (two binary
+searches over the word starts).
+"""
+
+from __future__ import annotations
+
+import array
+import bisect
+import itertools
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, cast
+
+import numpy as np
+import numpy.typing as npt
+
+from runtime.errors import ConfigurationError
+from stages.wordpiece import AsciiWordPiece
+
+if TYPE_CHECKING:
+    import tokenizers
+
+__all__ = [
+    "COHERE_V3_WINDOW",
+    "COHERE_V4_WINDOW",
+    "MINILM_MAX_TOKENS",
+    "MINILM_TOKENIZER",
+    "CharCounter",
+    "Ints",
+    "Prefix",
+    "TokenCounter",
+    "TokenizerCounter",
+    "Utf8Counter",
+    "local_counter",
+    "token_counter_from_env",
+]
+
+Ints = npt.NDArray[np.int64]
+
+
+class Prefix:
+    """How many tokens start before each character of a text, stored sparsely: the
+    offsets where tokens (or a word's tokens) start and their counts, O(words) memory
+    rather than O(characters). ``prefix[i]`` is the count before character ``i``."""
+
+    def __init__(self, starts: Ints, counts: Ints, length: int) -> None:
+        # array.array and bisect: a lookup costs a fraction of numpy's per-call overhead,
+        # at 8 bytes an entry.
+        self.starts = array.array("q", starts.tobytes())  # sorted, distinct
+        before = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=before[1:])
+        self.before = array.array("q", before.tobytes())
+        self.length = length
+
+    @classmethod
+    def dense(cls, counts: Ints) -> Prefix:
+        """One entry per character (``counts[i]`` tokens start at character ``i``)."""
+        return cls(np.arange(len(counts), dtype=np.int64), counts, len(counts))
+
+    def __getitem__(self, at: int) -> int:
+        if at < 0:
+            at += self.length + 1
+        return self.before[bisect.bisect_left(self.starts, at)]
+
+    def size(self, start: int, end: int) -> int:
+        """Tokens starting in ``[start, end)``."""
+        starts, before = self.starts, self.before
+        return before[bisect.bisect_left(starts, end)] - before[bisect.bisect_left(starts, start)]
+
+    def back(self, end: int, tokens: int) -> int:
+        """The first offset from which at most ``tokens`` tokens start before ``end``."""
+        group = bisect.bisect_left(self.before, self[end] - tokens)
+        return self.starts[group - 1] + 1 if group > 0 else 0
+
+
+MINILM_TOKENIZER = Path(__file__).parent / "data" / "all-MiniLM-L6-v2" / "tokenizer.json"
+#: all-MiniLM-L6-v2 was trained on 256-token inputs (sentence-transformers' max_seq_length).
+MINILM_MAX_TOKENS = 256
+#: Cohere's documented maximum input of embed-v4.0 ("context length: 128,000 tokens").
+COHERE_V4_WINDOW = 128_000
+#: Cohere's documented maximum input of the embed v3 models (512 tokens).
+COHERE_V3_WINDOW = 512
+
+
+class TokenCounter(Protocol):
+    """Counts text in an embedding model's tokens."""
+
+    @property
+    def name(self) -> str:
+        """What is counted, for logs and status: ``all-MiniLM-L6-v2 WordPiece``."""
+        ...
+
+    @property
+    def window(self) -> int:
+        """How many tokens of one text the model embeds (special tokens excluded)."""
+        ...
+
+    @property
+    def chunk_tokens(self) -> int:
+        """The default chunk size: the window, or less where the window is far longer
+        than a chunk that retrieves well."""
+        ...
+
+    def counts(self, texts: Sequence[str]) -> list[int]:
+        """Exact token count of each text."""
+        ...
+
+    def exact_span(self, text: str, start: int, end: int) -> bool:
+        """Whether ``prefix[end] - prefix[start]`` is exactly the count of
+        ``text[start:end]`` on its own (else the chunker counts the span again)."""
+        ...
+
+    def prefix(self, parts: Sequence[str], separator: str) -> Prefix:
+        """The prefix array of ``separator.join(parts)`` (length ``len(text) + 1``)."""
+        ...
+
+
+class CharCounter:
+    """One token per character."""
+
+    def __init__(self, window: int = 1000) -> None:
+        self._window = window
+
+    @property
+    def name(self) -> str:
+        return "characters"
+
+    @property
+    def window(self) -> int:
+        return self._window
+
+    @property
+    def chunk_tokens(self) -> int:
+        return self._window
+
+    def counts(self, texts: Sequence[str]) -> list[int]:
+        return [len(t) for t in texts]
+
+    def exact_span(self, text: str, start: int, end: int) -> bool:
+        return True
+
+    def prefix(self, parts: Sequence[str], separator: str) -> Prefix:
+        size = sum(map(len, parts)) + len(separator) * max(len(parts) - 1, 0)
+        return Prefix.dense(np.ones(size, dtype=np.int64))
+
+
+class Utf8Counter:
+    """UTF-8 bytes: an upper bound of a byte-level BPE tokenizer's count. Chunks default
+    to 1,000 bytes (the 1,000 characters of English they were before), far under the
+    window of a hosted model."""
+
+    def __init__(self, window: int, model: str, chunk_tokens: int = 1000) -> None:
+        self._window = window
+        self._model = model
+        self._chunk_tokens = min(chunk_tokens, window)
+
+    @property
+    def name(self) -> str:
+        return f"UTF-8 bytes (upper bound of {self._model} tokens)"
+
+    @property
+    def window(self) -> int:
+        return self._window
+
+    @property
+    def chunk_tokens(self) -> int:
+        return self._chunk_tokens
+
+    def counts(self, texts: Sequence[str]) -> list[int]:
+        return [len(t.encode()) for t in texts]
+
+    def exact_span(self, text: str, start: int, end: int) -> bool:
+        return True
+
+    def prefix(self, parts: Sequence[str], separator: str) -> Prefix:
+        code = np.frombuffer(separator.join(parts).encode("utf-32-le"), dtype=np.uint32)
+        size = 1 + (code >= 0x80).astype(np.int64) + (code >= 0x800) + (code >= 0x10000)
+        return Prefix.dense(size)
+
+
+# Python's str.split() whitespace that BERT's normalizer deletes as control characters
+# (joining the text around them) instead of splitting there.
+_GLUE = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
+# Whitespace for both str.split() and BERT once _GLUE is ruled out (Rust's White_Space).
+_SPACES = frozenset(
+    "\t\n\r \xa0\u1680\u2028\u2029\u202f\u205f\u3000" + "".join(map(chr, range(0x2000, 0x200B)))
+)
+_SPACE_TABLE = np.zeros(0x3001, dtype=bool)
+_SPACE_TABLE[[ord(c) for c in _SPACES]] = True
+
+
+class TokenizerCounter:
+    """A Hugging Face ``tokenizer.json``, without truncation, padding or special tokens.
+
+    For a BERT tokenizer (BertNormalizer, BertPreTokenizer: words never span whitespace)
+    a text's count is the sum of its whitespace-separated words' counts, so counts come
+    from a per-process cache of word counts, filled by the tokenizer itself: on the corpus
+    that is about a tenth of the CPU of tokenizing every page (and the same numbers). Any
+    other tokenizer is run on the whole text.
+    """
+
+    def __init__(self, path: Path | str, max_tokens: int, name: str, cache_words: int = 200_000):
+        import tokenizers
+
+        if not Path(path).is_file():
+            raise ConfigurationError(f"tokenizer file missing: {path}")
+        tok: tokenizers.Tokenizer = tokenizers.Tokenizer.from_file(str(path))
+        tok.no_truncation()
+        tok.no_padding()
+        self._tok = tok
+        self._name = name
+        self._window = max_tokens - tok.num_special_tokens_to_add(is_pair=False)
+        if self._window <= 0:
+            raise ConfigurationError(f"{name}: window of {max_tokens} leaves no room for text")
+        self._by_word = (
+            type(tok.normalizer).__name__ == "BertNormalizer"
+            and type(tok.pre_tokenizer).__name__ == "BertPreTokenizer"
+        )
+        self._cache: dict[str, int] = {}
+        self._cache_words = cache_words
+        self._ascii = AsciiWordPiece.of(Path(path)) if self._by_word else None
+        # The chunk stage runs several jobs' chunking in threads at once.
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def window(self) -> int:
+        return self._window
+
+    @property
+    def chunk_tokens(self) -> int:
+        return self._window
+
+    def counts(self, texts: Sequence[str]) -> list[int]:
+        if not self._by_word:
+            encodings = self._tok.encode_batch_fast(list(texts), add_special_tokens=False)
+            return [len(e) for e in encodings]
+        return [sum(self._word_counts(_words(t))) for t in texts]
+
+    def exact_span(self, text: str, start: int, end: int) -> bool:
+        """Whether a span's share of :meth:`prefix` is its own count: for a BERT
+        tokenizer, when whitespace (or the text's edge) is on both sides."""
+        return (
+            self._by_word
+            and (start == 0 or text[start - 1] in _SPACES)
+            and (end == len(text) or text[end] in _SPACES)
+        )
+
+    def prefix(self, parts: Sequence[str], separator: str) -> Prefix:
+        length = sum(map(len, parts)) + len(separator) * max(len(parts) - 1, 0)
+        if not self._by_word:
+            return self._offsets_prefix(separator.join(parts))
+        # Page by page: a whitespace separator ends a word, and only one page's words
+        # (Python strings) are alive at a time.
+        starts: list[Ints] = []
+        counts: list[Ints] = []
+        at = 0
+        for part in parts:
+            where, words = _word_starts(part)
+            starts.append(where + at)
+            counts.append(np.fromiter(self._word_counts(words), np.int64, len(words)))
+            at += len(part) + len(separator)
+        if not starts:
+            return Prefix(np.zeros(0, np.int64), np.zeros(0, np.int64), length)
+        return Prefix(np.concatenate(starts), np.concatenate(counts), length)
+
+    def _word_counts(self, words: list[str]) -> list[int]:
+        with self._lock:
+            return self._word_counts_locked(words)
+
+    def _word_counts_locked(self, words: list[str]) -> list[int]:
+        cache = self._cache
+        found = list(map(cache.get, words))
+        if None not in found:
+            return cast("list[int]", found)
+        missing = {w for w, n in zip(words, found, strict=True) if n is None}
+        counted = self._count_words(list(missing))
+        excess = len(cache) + len(counted) - self._cache_words
+        if excess > 0:
+            # The oldest quarter (dicts keep insertion order) plus room for these words.
+            for word in list(itertools.islice(cache, excess + self._cache_words // 4)):
+                del cache[word]
+        cache.update(counted)
+        return [counted[w] if n is None else n for w, n in zip(words, found, strict=True)]
+
+    def _count_words(self, words: list[str]) -> dict[str, int]:
+        """Tokens of each word: plain ASCII words by :class:`AsciiWordPiece`, the rest
+        from one run of the tokenizer over them all."""
+        if self._ascii is None:
+            return self._tokenize_words(words)
+        counted: dict[str, int] = {}
+        hard: list[str] = []
+        for word in words:
+            n = self._ascii.count(word)
+            if n is None:
+                hard.append(word)
+            else:
+                counted[word] = n
+        if hard:
+            counted.update(self._tokenize_words(hard))
+        return counted
+
+    def _tokenize_words(self, words: list[str]) -> dict[str, int]:
+        encoding = self._tok.encode(" ".join(words), add_special_tokens=False)
+        firsts = np.fromiter((o[0] for o in encoding.offsets), np.int64, len(encoding))
+        lengths = np.fromiter(map(len, words), np.int64, len(words))
+        word_starts = np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
+        owner = np.searchsorted(word_starts, firsts, side="right") - 1
+        per_word = np.bincount(owner, minlength=len(words))
+        return dict(zip(words, per_word.tolist(), strict=True))
+
+    def _offsets_prefix(self, text: str) -> Prefix:
+        encoding = self._tok.encode(text, add_special_tokens=False)
+        firsts = np.fromiter((o[0] for o in encoding.offsets), np.int64, len(encoding))
+        starts, counts = np.unique(firsts, return_counts=True)
+        return Prefix(starts, counts.astype(np.int64), len(text))
+
+
+def _spaces(text: str) -> npt.NDArray[np.bool_]:
+    code = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    space = np.zeros(len(code), dtype=bool)
+    small = code < len(_SPACE_TABLE)
+    space[small] = _SPACE_TABLE[code[small]]
+    return space
+
+
+def _words(text: str) -> list[str]:
+    """The whitespace-separated words of ``text``, as BERT's pre-tokenizer sees them."""
+    return text.split() if not _GLUE.search(text) else _word_starts(text)[1]
+
+
+def _word_starts(text: str) -> tuple[Ints, list[str]]:
+    """Where each word starts, and the words."""
+    space = _spaces(text)
+    edges = np.flatnonzero(np.diff(np.concatenate(([True], space, [True])).astype(np.int8)))
+    starts, ends = edges[0::2], edges[1::2]
+    if not _GLUE.search(text):
+        words = text.split()
+        assert len(words) == len(starts), "word split disagrees with the whitespace table"
+        return starts, words
+    # str.split() would cut at these; BERT deletes them and joins what is around them.
+    return starts, [text[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+
+
+def embedder_kind(env: Mapping[str, str]) -> str:
+    """``local`` or ``cohere``, chosen as :func:`stages.embedder.embedder_from_env` does."""
+    api_key = env.get("COHERE_API_KEY", "").strip()
+    return env.get("RAGLINE_EMBEDDER", "").strip().lower() or ("cohere" if api_key else "local")
+
+
+def cohere_window(model: str) -> int:
+    return (
+        COHERE_V3_WINDOW
+        if model.startswith(("embed-english", "embed-multilingual"))
+        else (COHERE_V4_WINDOW)
+    )
+
+
+def local_counter() -> TokenizerCounter:
+    return TokenizerCounter(MINILM_TOKENIZER, MINILM_MAX_TOKENS, "all-MiniLM-L6-v2 WordPiece")
+
+
+def token_counter_from_env(env: Mapping[str, str]) -> TokenCounter:
+    """The counter of the embedder the environment selects (without loading the model)."""
+    if embedder_kind(env) == "cohere":
+        model = env.get("RAGLINE_EMBED_MODEL") or "embed-v4.0"
+        return Utf8Counter(cohere_window(model), f"cohere/{model}")
+    return local_counter()

@@ -1,0 +1,54 @@
+"""The index stage's fast paths build exactly what the simple ones do."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import numpy as np
+
+from runtime.models import Job
+from stages import store
+from stages.index import document_points, payload
+from stages.vector_index import new_point, point_id, point_ids
+
+
+def test_point_ids_are_uuid5_ids() -> None:
+    for doc in (uuid.UUID(int=0), uuid.uuid4(), uuid.uuid4()):
+        ordinals = [0, 1, 9, 10, 255, 256, 12345, 10**9]
+        assert point_ids(doc, ordinals) == [point_id(doc, n) for n in ordinals]
+        assert all(i.version == 5 for i in point_ids(doc, ordinals))
+
+
+def rows(count: int) -> list[store.ChunkVector]:
+    rng = np.random.default_rng(3)
+    return [
+        store.ChunkVector(
+            ordinal=n, kind="text" if n % 3 else "image", text=f"chunk {n}", page_start=n,
+            page_end=n + 1, generation=2, vector=rng.random(8).tolist(),
+        )
+        for n in range(count)
+    ]  # fmt: skip
+
+
+def test_document_points_equal_new_point() -> None:
+    job = Job(
+        id=1, document_id=uuid.uuid4(), stage="index", generation=2, attempts=1,
+        max_attempts=3, lease_token=uuid.uuid4(), lease_expires_at=datetime.now(UTC),
+        created_at=datetime.now(UTC), filename="a.pdf",
+    )  # fmt: skip
+    chunks = rows(40)
+    expected = [
+        new_point(job.document_id, r.ordinal, job.generation, r.vector or [], payload(r, job))
+        for r in chunks
+    ]
+    assert document_points(chunks, job) == expected
+
+
+def test_vectors_decode_together_or_one_by_one() -> None:
+    vectors = np.random.default_rng(1).random((5, 6)).astype(store.VECTOR_DTYPE)
+    data: list[bytes | None] = [v.tobytes() for v in vectors]
+    assert store.vectors_of(data) == [store.vector_of(d) for d in data]
+    data[2] = None
+    assert store.vectors_of(data) == [store.vector_of(d) for d in data]
+    assert store.vectors_of([]) == []
