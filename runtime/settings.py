@@ -111,12 +111,21 @@ class Setting(msgspec.Struct, frozen=True, kw_only=True):
         )
 
     @classmethod
-    def url(cls, name: str, schemes: Iterable[str], *, option: str | None = None) -> Setting:
+    def url(
+        cls,
+        name: str,
+        schemes: Iterable[str],
+        *,
+        option: str | None = None,
+        host_required: bool = True,
+    ) -> Setting:
+        """A URL with one of ``schemes``; ``host_required=False`` for libpq URLs, where
+        ``postgresql:///db`` means the default host (a local socket)."""
         allowed = tuple(schemes)
 
         def check(raw: str) -> bool:
             parts = urllib.parse.urlsplit(raw)
-            return parts.scheme in allowed and (bool(parts.netloc) or "host=" in parts.query)
+            return parts.scheme in allowed and (bool(parts.netloc) or not host_required)
 
         accepts = f"a URL starting with {' or '.join(f'{s}://' for s in allowed)}"
         bad = ("mysql://user@host/db", "not a url")
@@ -167,7 +176,9 @@ def _is_stage_list(raw: str) -> bool:
 
 #: The engine's settings (the README's configuration table, first part).
 ENGINE_SETTINGS: tuple[Setting, ...] = (
-    Setting.url("DATABASE_URL", ("postgresql", "postgres"), option="database_url"),
+    Setting.url(
+        "DATABASE_URL", ("postgresql", "postgres"), option="database_url", host_required=False
+    ),
     Setting.text("RAGLINE_DATA_DIR", accepts="a directory path"),
     Setting(
         name="RAGLINE_PIPELINE",

@@ -31,9 +31,9 @@ from runtime.cli import (
 )
 from runtime.commands import parse_ids
 from runtime.database import open_pool
-from runtime.dberrors import CONNECTION_ERRORS
+from runtime.dberrors import CONNECTION_ERRORS, is_storage_full
 from runtime.documents import DocumentRepository
-from runtime.errors import MissingInput, RaglineError, one_line
+from runtime.errors import MissingInput, RaglineError, StorageFull, one_line
 from runtime.models import Document, DocumentStatus
 from runtime.names import escape_name
 from runtime.repository import Pool
@@ -120,6 +120,16 @@ async def submit_paths(
         except asyncpg.DataError as exc:  # this file's data, not the others'
             refused.append(Refused(shown, one_line(f"{type(exc).__name__}: {exc}")))
             continue
+        except OSError as exc:
+            if not is_storage_full(exc):
+                raise
+            # The next file would not fit either: stop here, saying what went in.
+            raise StorageFull(
+                one_line(
+                    f"storage full while storing {shown}: {exc.strerror or exc}; "
+                    f"{len(done)} file(s) submitted before it, the rest not"
+                )
+            ) from exc
         done.append(SubmitResult(shown, result.document_id, result.created))
     return done, refused
 

@@ -97,7 +97,13 @@ class PipelineSettings(msgspec.Struct, frozen=True, kw_only=True):
             overlap_tokens=_optional_int(env, "RAGLINE_CHUNK_OVERLAP_TOKENS"),
         )
         if chunk.max_tokens is not None:
-            chunk.sizes(chunk.max_tokens)  # refuse a bad combination now, not per job
+            try:  # refuse a bad combination now, not per job
+                chunk.sizes(chunk.max_tokens)
+            except ConfigurationError as exc:
+                raise ConfigurationError(
+                    f"RAGLINE_CHUNK_TOKENS={chunk.max_tokens} / RAGLINE_CHUNK_OVERLAP_TOKENS="
+                    f"{chunk.overlap_tokens}: {exc}"
+                ) from exc
         return cls(
             chunk=chunk,
             min_image_px=_int(env, "RAGLINE_MIN_IMAGE_PX", DEFAULT_MIN_IMAGE_PX),

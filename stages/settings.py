@@ -65,9 +65,24 @@ PIPELINE_SETTINGS: tuple[Setting, ...] = (
         check=lambda raw: 1 <= int(raw) <= 65535,
         bad_examples=("http", "0", "70000"),
     ),
-    Setting.text("RAGLINE_API_TOKENS", accepts="comma-separated bearer tokens", empty_ok=True),
+    Setting(
+        name="RAGLINE_API_TOKENS",
+        accepts="comma-separated bearer tokens, none of them empty",
+        check=lambda raw: all(t.strip() for t in raw.split(",")),
+        empty_ok=True,
+        bad_examples=(",", "a,,b"),
+    ),
     Setting.number("RAGLINE_MAX_UPLOAD_MB", int, minimum=1, maximum=1_048_576, unit="megabytes"),
-    Setting.text("RAGLINE_CORS_ORIGINS", accepts="comma-separated origins", empty_ok=True),
+    Setting(
+        name="RAGLINE_CORS_ORIGINS",
+        accepts="comma-separated origins such as https://app.example.com, or *",
+        check=lambda raw: all(
+            o.strip() == "*" or o.strip().startswith(("http://", "https://"))
+            for o in raw.split(",")
+        ),
+        empty_ok=True,
+        bad_examples=("app.example.com",),
+    ),
     Setting.number(
         "RAGLINE_SSE_HEARTBEAT_S",
         float,

@@ -49,19 +49,21 @@ def test_an_existing_open_data_dir_is_made_private(dsn: str, tmp_path: Path) -> 
 
 def test_metrics_bind_loopback_unless_told(dsn: str, tmp_path: Path) -> None:
     cli = Cli(dsn, tmp_path / "data", tmp_path / "logs")
-    port = free_port()
-    worker = cli.start("--metrics-port", str(port), "--stages", "index")
+    default, other = free_port(), free_port()
+    workers = [
+        cli.start("--metrics-port", str(default), "--stages", "index"),
+        cli.start(
+            "--stages",
+            "index",
+            RAGLINE_METRICS_PORT=str(other),
+            RAGLINE_METRICS_HOST="0.0.0.0",
+        ),
+    ]
     try:
-        wait_for(lambda: bool(listening_on(port)), 60, "the metrics server")
-        assert listening_on(port) == ["0100007F"]  # 127.0.0.1
-    finally:
-        worker.kill()
-    other = free_port()
-    worker = cli.start(
-        "--stages", "index", RAGLINE_METRICS_PORT=str(other), RAGLINE_METRICS_HOST="0.0.0.0"
-    )
-    try:
+        wait_for(lambda: bool(listening_on(default)), 60, "the metrics server")
         wait_for(lambda: bool(listening_on(other)), 60, "the metrics server on 0.0.0.0")
+        assert listening_on(default) == ["0100007F"]  # 127.0.0.1
         assert listening_on(other) == ["00000000"]
     finally:
-        worker.kill()
+        for worker in workers:
+            worker.kill()

@@ -78,7 +78,11 @@ def test_bad_value_is_one_line_and_exit_2(tmp_path: Path, name: str, value: str)
         ({"RAGLINE_EMBEDDER": "cohere"}, (), "COHERE_API_KEY"),
         ({"RAGLINE_VISION": "cohere"}, ("--stages", "vision"), "COHERE_API_KEY"),
         ({"RAGLINE_HEARTBEAT_S": "90"}, (), "RAGLINE_HEARTBEAT_S"),
-        ({"RAGLINE_CHUNK_CHARS": "100", "RAGLINE_CHUNK_OVERLAP": "80"}, (), "CHUNK_OVERLAP"),
+        (
+            {"RAGLINE_CHUNK_TOKENS": "100", "RAGLINE_CHUNK_OVERLAP_TOKENS": "80"},
+            (),
+            "RAGLINE_CHUNK_OVERLAP_TOKENS",
+        ),
         ({"RAGLINE_STAGES": "parse,bogus"}, (), "RAGLINE_STAGES"),
         ({"RAGLINE_CONCURRENCY": "vision=2", "RAGLINE_STAGES": "parse"}, (), "CONCURRENCY"),
         ({}, ("--lease", "nan"), "--lease (RAGLINE_LEASE_S)"),

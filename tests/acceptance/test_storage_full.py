@@ -129,3 +129,16 @@ def test_asset_store_full(dsn: str, tmp_path: Path) -> None:
         assert "storage full: OSError: [Errno 28] No space left on device" in result.err, result
         assert "Traceback" not in result.err
         nothing_lost(dsn)
+
+
+def test_submit_into_a_full_asset_store(dsn: str, tmp_path: Path) -> None:
+    cli = Cli(dsn, tmp_path / "data", tmp_path / "logs")
+    with tmpfs(tmp_path / "data" / "assets", "1m") as assets:
+        fill(assets)
+        result = cli.run("submit", "samples/")
+        assert result.code == 1, result
+        assert len(result.err_lines) == 1 and "storage full while storing" in result.err, result
+        assert "Traceback" not in result.err
+        left = [p.name for p in assets.rglob("*") if p.is_file() and p.name != "filler"]
+        assert left == [], left  # the unfinished write was removed
+    assert sql(dsn, "SELECT count(*) FROM documents")[0][0] == 0

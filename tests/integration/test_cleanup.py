@@ -95,7 +95,7 @@ async def test_verify_covers_failed_documents_and_every_collection(
         sourdough = ids[0]
         fake_cohere.add_faults([Fault(status=400, endpoint="embed", message="bad input")])
         await env.docs.reprocess(sourdough, "chunk")
-        await env.run(env={**switched, "RAGLINE_CHUNK_CHARS": "300"})
+        await env.run(env={**switched, "RAGLINE_CHUNK_TOKENS": "75"})
         assert (await env.doc(sourdough)).status == DocumentStatus.FAILED
         report = await verify(env.pool, services)
         [problem] = report.problems

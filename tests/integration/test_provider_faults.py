@@ -36,7 +36,7 @@ EMBED = "cohere/embed-v4.0"
 #: worker's retry settings are the defaults (retry_base_s 2, RAGLINE_RETRY_FOR 24 h).
 PROBE_S = 0.3
 CIRCUIT = CircuitConfig(probe_s=PROBE_S, probe_max_s=2 * PROBE_S)
-SMALL_CHUNKS = {"RAGLINE_CHUNK_CHARS": "400", "RAGLINE_CHUNK_OVERLAP": "40"}
+SMALL_CHUNKS = {"RAGLINE_CHUNK_TOKENS": "100", "RAGLINE_CHUNK_OVERLAP_TOKENS": "10"}
 
 
 async def assert_all_ready_no_attempt_spent(env: PipelineEnv, ids: list[uuid.UUID]) -> None:
