@@ -1,6 +1,6 @@
 """Document events: every change of a document's status or stage, live, for any listener.
 
-A trigger on ``documents`` (migration 0006) records each change in ``document_events`` and
+A trigger on ``documents`` (migration 0005) records each change in ``document_events`` and
 NOTIFYs ``ragline_events`` with the event as payload — but only while some process is
 registered in ``event_listeners``: a NOTIFYing transaction takes a global lock until its
 commit is flushed, which the engine's completions should not pay when nobody listens.

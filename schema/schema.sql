@@ -167,7 +167,7 @@ CREATE TABLE providers (
     changed_at     timestamptz NOT NULL DEFAULT now()
 );
 
--- serve (0006): document events while a server listens, upload idempotency keys.
+-- serve (0005): document events while a server listens, upload idempotency keys.
 CREATE TABLE event_listeners (
     id            text PRIMARY KEY,
     last_seen_at  timestamptz NOT NULL DEFAULT now()

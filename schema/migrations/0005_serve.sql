@@ -1,4 +1,4 @@
--- 0006: what `serve` needs: document events for its live stream, upload idempotency keys.
+-- 0005: what `serve` needs: document events for its live stream, upload idempotency keys.
 --
 -- Events are recorded only while a server listens. A transaction that NOTIFYs takes a
 -- global lock until its commit is flushed, which serializes the commits of every

@@ -1,4 +1,4 @@
--- 0007: chunks sized in the embedder's tokens.
+-- 0006: chunks sized in the embedder's tokens.
 --
 -- tokens: the chunk's exact length in the configured embedder's tokens when it was cut
 -- (NULL for chunks written before this migration, and for image chunks).
