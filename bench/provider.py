@@ -56,7 +56,7 @@ from bench.queue import (
 from runtime.providers import DEFAULT_PROBE_S, SESSION_SETTINGS, Providers, ProviderSpec
 from runtime.stage import JobContext, Pipeline
 from runtime.worker import Worker, WorkerConfig
-from tests.support.fleet import run_fleet, start_fleet, submit_embed_jobs
+from tests.support.fleet import run_fleet, start_fleet, submit_jobs
 from tests.support.pipelines import STAGES, ScriptedStage
 
 PARTS = ("fleet", "overhead", "hops", "outage")
@@ -330,7 +330,7 @@ def section_outage(dsn: str, opts: Options, logs: Path) -> None:
     )
     server = FakeServer()
     jobs = 300
-    ids = submit_embed_jobs(dsn, jobs)
+    ids = submit_jobs(dsn, jobs, "embed")
     fleet = start_fleet(dsn, server.url, 2, logs, RAGLINE_EMBED_RPM="600")
     started = time.monotonic()
     try:

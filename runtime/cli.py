@@ -29,7 +29,13 @@ from runtime.providers import (
     DEFAULT_PROBE_S,
     CircuitConfig,
 )
-from runtime.settings import ENGINE_SETTINGS, MAX_CONCURRENCY, validate_env, validate_options
+from runtime.settings import (
+    ENGINE_SETTINGS,
+    MAX_CONCURRENCY,
+    duration_s,
+    validate_env,
+    validate_options,
+)
 from runtime.worker import DEFAULT_GRACE_S, DEFAULT_LEASE_S, DEFAULT_POLL_S, Worker, WorkerConfig
 
 T = TypeVar("T")
@@ -411,18 +417,13 @@ def serve_metrics(opts: Mapping[str, Any]) -> None:
 
 
 def parse_duration_s(value: str | float, name: str) -> float:
-    """``90s``, ``30m``, ``24h``, ``2d`` or plain seconds."""
-    text = str(value).strip().lower()
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-    scale = units.get(text[-1:], 1.0)
-    number = text[:-1] if text[-1:] in units else text
+    """``90s``, ``30m``, ``24h``, ``2d`` or plain seconds (:func:`runtime.settings.duration_s`)."""
     try:
-        seconds = float(number) * scale
+        return duration_s(str(value))
     except ValueError:
-        seconds = -1.0
-    if seconds < 0:
-        raise click.BadParameter(f"{name} must be a duration like 90s, 30m or 24h, got {value!r}")
-    return seconds
+        raise click.BadParameter(
+            f"{name} must be a duration like 90s, 30m or 24h, got {value!r}"
+        ) from None
 
 
 def circuit_config(opts: Mapping[str, Any]) -> CircuitConfig:

@@ -162,12 +162,23 @@ def _is_port(raw: str) -> bool:
     return 0 <= int(raw) <= 65535
 
 
-def _is_duration(raw: str) -> bool:
-    """``90s``, ``30m``, ``24h``, ``2d`` or plain seconds, >= 0 and finite."""
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration_s(raw: str) -> float:
+    """``90s``, ``30m``, ``24h``, ``2d`` or plain seconds, in seconds; ValueError unless it
+    is finite and >= 0."""
     text = raw.strip().lower()
-    number = text[:-1] if text[-1:] in "smhd" else text
-    value = float(number)
-    return math.isfinite(value) and value >= 0
+    scale = _DURATION_UNITS.get(text[-1:], 1.0)
+    number = text[:-1] if text[-1:] in _DURATION_UNITS else text
+    seconds = float(number) * scale
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"not a duration: {raw!r}")
+    return seconds
+
+
+def _is_duration(raw: str) -> bool:
+    return duration_s(raw) >= 0
 
 
 def _is_stage_list(raw: str) -> bool:
@@ -322,6 +333,7 @@ __all__ = [
     "ENGINE_SETTINGS",
     "MAX_CONCURRENCY",
     "Setting",
+    "duration_s",
     "parse_bool",
     "validate_env",
     "validate_options",

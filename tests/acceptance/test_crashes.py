@@ -3,40 +3,18 @@ SIGTERMed mid-job, and cut off from PostgreSQL. Nothing is lost, nothing done tw
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import asyncpg
 import pytest
 
-from runtime.documents import DocumentRepository
-from runtime.models import NewDocument
 from tests.support.cli import sql
+from tests.support.fleet import submit_jobs
 from tests.support.procs import WorkerProcess, wait_for, workers
 
 Start = Callable[..., WorkerProcess]
-
-
-def submit(dsn: str, n: int, stage: str = "parse") -> list[uuid.UUID]:
-    async def go() -> list[uuid.UUID]:
-        async with asyncpg.create_pool(dsn, min_size=1, max_size=2) as pool:
-            docs = DocumentRepository(pool)
-            out = []
-            for i in range(n):
-                new = NewDocument(
-                    filename=f"doc{i}.pdf",
-                    media_type="application/pdf",
-                    byte_size=1,
-                    sha256=uuid.uuid4().hex,
-                )
-                out.append((await docs.submit(new, stage)).document_id)
-            return out
-
-    return asyncio.run(go())
 
 
 def job_state(dsn: str, stage: str) -> tuple[str, int, int]:
@@ -58,7 +36,7 @@ FAST = ("--lease", "1.5", "--heartbeat", "0.4", "--rescue-every", "0.3", "--poll
 
 
 def test_sigkill_mid_job_another_worker_finishes_once(dsn: str, start: Start) -> None:
-    submit(dsn, 1, stage="chunk")
+    submit_jobs(dsn, 1, stage="chunk")
     doomed = start(dsn, "--stages", "chunk", *FAST, RAGLINE_TEST_SLEEP="chunk=60")
     wait_for(lambda: job_state(dsn, "chunk")[0] == "running", what="the job to start")
     doomed.signal(signal.SIGKILL)
@@ -71,7 +49,7 @@ def test_sigkill_mid_job_another_worker_finishes_once(dsn: str, start: Start) ->
 
 
 def test_sigstopped_worker_past_its_lease_commits_nothing(dsn: str, start: Start) -> None:
-    submit(dsn, 1, stage="chunk")
+    submit_jobs(dsn, 1, stage="chunk")
     paused = start(dsn, "--stages", "chunk", *FAST, RAGLINE_TEST_SLEEP="chunk=2")
     wait_for(lambda: job_state(dsn, "chunk")[0] == "running", what="the job to start")
     paused.signal(signal.SIGSTOP)
@@ -90,7 +68,7 @@ def test_sigstopped_worker_past_its_lease_commits_nothing(dsn: str, start: Start
 
 
 def test_sigterm_releases_lease_for_another_worker_at_once(dsn: str, start: Start) -> None:
-    submit(dsn, 1, stage="embed")
+    submit_jobs(dsn, 1, stage="embed")
     # A long lease: the job must move on because it was released, not because it expired.
     first = start(
         dsn,
@@ -117,7 +95,7 @@ def test_sigterm_releases_lease_for_another_worker_at_once(dsn: str, start: Star
 
 
 def test_connections_killed_mid_run_worker_reconnects(dsn: str, start: Start) -> None:
-    ids = submit(dsn, 40)
+    ids = submit_jobs(dsn, 40)
     worker = start(
         dsn,
         "--exit-when-idle",

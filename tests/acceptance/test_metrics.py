@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_crashes import submit
+from tests.support.fleet import submit_jobs
 from tests.support.procs import WorkerProcess, wait_for, workers
 
 
@@ -38,7 +38,7 @@ def metric(text: str, name: str, stage: str) -> float:
 
 @pytest.fixture
 def worker(dsn: str, tmp_path: Path) -> Iterator[tuple[WorkerProcess, int, list[uuid.UUID]]]:
-    ids = submit(dsn, 4)
+    ids = submit_jobs(dsn, 4)
     port = free_port()
     with workers(tmp_path) as start:
         proc = start(dsn, "--metrics-port", str(port), "--poll", "0.2", "--grace", "0.5")

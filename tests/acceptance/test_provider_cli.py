@@ -7,7 +7,7 @@ from pathlib import Path
 
 from runtime.cli import EXIT_OK, EXIT_USAGE
 from tests.support.cli import Cli, sql
-from tests.support.fleet import submit_embed_jobs
+from tests.support.fleet import submit_jobs
 
 PROVIDER = "cohere/embed-v4.0"
 WAITING = re.compile(
@@ -27,7 +27,7 @@ def open_circuit(dsn: str) -> None:
 
 
 def test_status_and_failures_say_why_jobs_wait_on_a_provider(dsn: str, tmp_path: Path) -> None:
-    [doc] = submit_embed_jobs(dsn, 1)
+    [doc] = submit_jobs(dsn, 1, "embed")
     open_circuit(dsn)
     cli = Cli(dsn, tmp_path / "data", tmp_path / "logs")
     table, as_json, timeline, failures = cli.run_all(

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from runtime.identity import dead_here, new_worker_id
-from tests.acceptance.test_crashes import Start, effects, job_state, submit
+from tests.acceptance.test_crashes import Start, effects, job_state
+from tests.support.fleet import submit_jobs
 from tests.support.procs import wait_for, workers
 
 LONG_LEASE = ("--lease", "600", "--rescue-every", "0.3", "--poll", "0.2")
@@ -26,7 +27,7 @@ def start(tmp_path: Path) -> Iterator[Start]:
 
 
 def test_a_dead_local_workers_job_is_taken_at_once(dsn: str, start: Start) -> None:
-    submit(dsn, 1, stage="chunk")
+    submit_jobs(dsn, 1, stage="chunk")
     doomed = start(dsn, "--stages", "chunk", *LONG_LEASE, RAGLINE_TEST_SLEEP="chunk=600")
     wait_for(lambda: job_state(dsn, "chunk")[0] == "running", what="the job to start")
     doomed.signal(signal.SIGKILL)

@@ -42,7 +42,9 @@ class FleetRun(msgspec.Struct, frozen=True, kw_only=True):
         return self.rate_limited / self.calls if self.calls else 0.0
 
 
-def submit_embed_jobs(dsn: str, n: int) -> list[uuid.UUID]:
+def submit_jobs(dsn: str, n: int, stage: str = "parse") -> list[uuid.UUID]:
+    """``n`` stand-in documents queued at ``stage`` (for pipelines that never read them)."""
+
     async def go() -> list[uuid.UUID]:
         async with asyncpg.create_pool(dsn, min_size=1, max_size=2) as pool:
             docs = DocumentRepository(pool)
@@ -54,7 +56,7 @@ def submit_embed_jobs(dsn: str, n: int) -> list[uuid.UUID]:
                     byte_size=1,
                     sha256=uuid.uuid4().hex,
                 )
-                out.append((await docs.submit(new, "embed")).document_id)
+                out.append((await docs.submit(new, stage)).document_id)
             return out
 
     return asyncio.run(go())
@@ -103,7 +105,7 @@ def run_fleet(
 ) -> FleetRun:
     """Queue ``jobs`` embed jobs, run the fleet until they are done, and read the
     server's counters (calls, 429s, first to last call)."""
-    submit_embed_jobs(dsn, jobs)
+    submit_jobs(dsn, jobs, "embed")
     reset_server(base_url)
     fleet = start_fleet(
         dsn, base_url, processes, log_dir, RAGLINE_EMBED_RPM=f"{rpm:g}", **dict(env or {})
