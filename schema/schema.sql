@@ -86,6 +86,9 @@ CREATE TABLE pages (
     document_id  uuid NOT NULL REFERENCES documents (id) ON DELETE CASCADE,
     page         integer NOT NULL CHECK (page >= 1),
     text         text NOT NULL,
+    -- Formats without pages: the section's heading path or line range (page counts the
+    -- sections); reflowable books: the page's chapter. NULL for PDFs.
+    section      text,
     PRIMARY KEY (document_id, page)
 );
 
@@ -121,6 +124,8 @@ CREATE TABLE chunks (
     tokens       integer CHECK (tokens >= 0),
     -- Longer than the embedder's window: its tail was never embedded (expected never).
     over_window  boolean NOT NULL DEFAULT false,
+    -- The section of its first page (pages.section), NULL where there is none.
+    section      text,
     PRIMARY KEY (document_id, ordinal),
     CHECK (page_end >= page_start)
 );

@@ -52,6 +52,7 @@ class ChunkStage:
             lambda: chunk_pages([(p.page, p.text) for p in pages], config, counter)
         )
         window = counter.window
+        sections = {p.page: p.section for p in pages if p.section}
         out = [
             store.NewChunk(
                 text=c.text,
@@ -60,6 +61,7 @@ class ChunkStage:
                 sha256=c.sha256,
                 tokens=c.tokens,
                 over_window=c.tokens > window,
+                section=sections.get(c.page_start),
             )
             for c in chunks
         ]

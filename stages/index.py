@@ -68,6 +68,7 @@ def payload(row: store.ChunkVector, job: Job) -> dict[str, Any]:
         "page_start": row.page_start,
         "page_end": row.page_end,
         "filename": job.filename,
+        **({"section": row.section} if row.section else {}),
     }
 
 
@@ -77,7 +78,7 @@ def document_points(rows: Sequence[store.ChunkVector], job: Job) -> list[Point]:
     (this runs once per chunk on the throughput path)."""
     document, generation, filename = str(job.document_id), job.generation, job.filename
     ids = point_ids(job.document_id, [r.ordinal for r in rows])
-    return [
+    points = [
         Point(
             id=point,
             vector=r.vector or [],
@@ -94,3 +95,8 @@ def document_points(rows: Sequence[store.ChunkVector], job: Job) -> list[Point]:
         )
         for point, r in zip(ids, rows, strict=True)
     ]
+    # Formats beyond PDF: the section label search shows (absent for PDFs).
+    for point, r in zip(points, rows, strict=True):
+        if r.section:
+            point.payload["section"] = r.section
+    return points

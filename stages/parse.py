@@ -1,5 +1,7 @@
 """parse: the original PDF → text per page and the images in it (stored in the asset store).
 
+Other formats (stages/formats) give pages too, or numbered sections with a label.
+
 PyMuPDF works page by page in a worker thread (one per process), so memory stays flat in
 the page count and the event loop keeps heartbeating. Images are stored as they are found
 (keys derive from the document id and the image's hash, so a retry overwrites its own
@@ -17,15 +19,17 @@ import anyio.to_thread
 import msgspec
 
 from runtime.documents import DocumentRepository
-from runtime.errors import MissingInput
+from runtime.errors import InvalidDocument, MissingInput
 from runtime.models import Job
 from runtime.stage import DbConn, JobContext
 from stages import store
 from stages.assets import image_key
+from stages.formats import by_media_type, read_units
 from stages.pdf import Image, iter_pages, open_pdf
 from stages.services import Services
 
 TRIM_CACHE_EVERY_PAGES = 200
+PDF = "application/pdf"
 
 
 class ParseOutput(msgspec.Struct, frozen=True):
@@ -58,11 +62,12 @@ class ParseStage:
             # parsing takes more processes (``--stages parse``).
             if self._cpu is None:
                 self._cpu = anyio.CapacityLimiter(1)
+            parse = self._parse if doc.media_type == PDF else self._parse_other
             return await anyio.to_thread.run_sync(
-                self._parse, job, path, doc.filename, limiter=self._cpu
+                parse, job, path, doc.filename, doc.media_type, limiter=self._cpu
             )
 
-    def _parse(self, job: Job, path: Path, filename: str) -> ParseOutput:
+    def _parse(self, job: Job, path: Path, filename: str, _media_type: str) -> ParseOutput:
         """Runs in a worker thread; stores images through the event loop as it goes."""
         s = self.services.settings
         pages: list[store.Page] = []
@@ -82,6 +87,20 @@ class ParseStage:
                 assets.extend(self._store(job, image) for image in images)
         finally:
             pdf.close()  # type: ignore[no-untyped-call]
+        return ParseOutput(pages=pages, assets=assets)
+
+    def _parse_other(self, job: Job, path: Path, filename: str, media_type: str) -> ParseOutput:
+        """Formats beyond PDF (stages/formats): pages, or sections with their labels."""
+        fmt = by_media_type(media_type)
+        if fmt is None:
+            raise InvalidDocument(f"{filename}: unknown media type {media_type!r}")
+        s = self.services.settings
+        limits = (s.min_image_px, s.min_image_bytes, s.max_image_pixels)
+        pages: list[store.Page] = []
+        assets: list[store.Asset] = []
+        for unit in read_units(path, fmt, filename, limits):
+            pages.append(store.Page(unit.page, unit.text, unit.section))
+            assets.extend(self._store(job, image) for image in unit.images)
         return ParseOutput(pages=pages, assets=assets)
 
     def _store(self, job: Job, image: Image) -> store.Asset:

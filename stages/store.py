@@ -28,6 +28,9 @@ Reader: TypeAlias = "asyncpg.Pool[Any] | DbConn"
 class Page(msgspec.Struct, frozen=True):
     page: int
     text: str
+    #: Where a format has no pages: the section's heading path or line range (search shows
+    #: it); for reflowable books the chapter. None for PDFs.
+    section: str | None = None
 
 
 class Asset(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,6 +63,8 @@ class NewChunk(msgspec.Struct, frozen=True, kw_only=True):
     tokens: int | None = None
     #: Longer than the embedder's window: the model never reads its tail.
     over_window: bool = False
+    #: The section of its first page (:attr:`Page.section`), if that has one.
+    section: str | None = None
 
 
 class ChunkTokens(msgspec.Struct, frozen=True, kw_only=True):
@@ -84,17 +89,23 @@ class ChunkVector(msgspec.Struct, frozen=True, kw_only=True):
     page_end: int
     generation: int
     vector: list[float] | None
+    section: str | None = None
 
 
 async def replace_pages(conn: Conn, document_id: uuid.UUID, pages: Sequence[Page]) -> None:
     await conn.execute(Q["delete_pages"], document_id)
     await conn.execute(
-        Q["insert_pages"], document_id, [p.page for p in pages], [p.text for p in pages]
+        Q["insert_pages"],
+        document_id,
+        [p.page for p in pages],
+        [p.text for p in pages],
+        [p.section for p in pages],
     )
 
 
 async def pages(db: Reader, document_id: uuid.UUID) -> list[Page]:
-    return [Page(r["page"], r["text"]) for r in await db.fetch(Q["document_pages"], document_id)]
+    rows = await db.fetch(Q["document_pages"], document_id)
+    return [Page(r["page"], r["text"], r["section"]) for r in rows]
 
 
 async def replace_assets(conn: Conn, document_id: uuid.UUID, assets: Sequence[Asset]) -> None:
@@ -160,6 +171,7 @@ async def _insert_chunks(
         [c.sha256 for c in chunks],
         [c.tokens for c in chunks],
         [c.over_window for c in chunks],
+        [c.section for c in chunks],
     )
 
 
@@ -219,6 +231,7 @@ async def chunk_vectors(db: Reader, document_id: uuid.UUID, model: str) -> list[
             page_end=r["page_end"],
             generation=r["generation"],
             vector=vector,
+            section=r["section"],
         )
         for r, vector in zip(rows, vectors_of([r["vector"] for r in rows]), strict=True)
     ]

@@ -1,5 +1,6 @@
-"""Submitting documents: bytes into the asset store, then the document row and its first
-job, atomically (inside the caller's transaction when one is given).
+"""Submitting documents (of any type stages/formats detects): bytes into the asset store,
+then the document row and its first job, atomically (inside the caller's transaction when
+one is given).
 
 >>> await submit(pool, services.assets, Path("report.pdf"))          # doctest: +SKIP
 """
@@ -21,10 +22,10 @@ from runtime.errors import InvalidDocument, one_line
 from runtime.models import NewDocument
 from runtime.names import escape_name
 from stages.assets import AssetStore, Stored, original_key
+from stages.formats import Format, detect
 
 FIRST_STAGE = "parse"
 PDF = "application/pdf"
-_MAGIC = b"%PDF-"
 _CHUNK = 1 << 20
 
 
@@ -33,8 +34,19 @@ class Inspected(msgspec.Struct, frozen=True):
     byte_size: int
 
 
+def detect_format(path: Path) -> Format:
+    """What the file is, from its content (stages/formats/detect.py); raises
+    InvalidDocument (one line) when empty, unreadable or of a type ragline does not read."""
+    try:
+        return detect(path, display_name(path))
+    except OSError as exc:
+        raise InvalidDocument(
+            one_line(f"{display_name(path)}: cannot read: {exc.strerror or exc}")
+        ) from exc
+
+
 def inspect_file(path: Path) -> Inspected:
-    """Hash a file and check it looks like a PDF; raises InvalidDocument (one line)."""
+    """Hash a file (its type is :func:`detect_format`'s); raises InvalidDocument."""
     digest = hashlib.sha256()
     size = 0
     try:
@@ -42,8 +54,6 @@ def inspect_file(path: Path) -> Inspected:
             head = f.read(1024)
             if not head:
                 raise InvalidDocument(f"{display_name(path)}: empty file (0 bytes)")
-            if _MAGIC not in head:
-                raise InvalidDocument(f"{display_name(path)}: not a PDF (no %PDF- header)")
             digest.update(head)
             size = len(head)
             while block := f.read(_CHUNK):
@@ -56,16 +66,14 @@ def inspect_file(path: Path) -> Inspected:
     return Inspected(sha256=digest.hexdigest(), byte_size=size)
 
 
-async def _pdf_chunks(path: Path) -> AsyncIterator[bytes]:
-    """The file's bytes in blocks; the first must look like a PDF (InvalidDocument)."""
+async def _file_chunks(path: Path) -> AsyncIterator[bytes]:
+    """The file's bytes in blocks; the first must not be empty (InvalidDocument)."""
     name = display_name(path)
     try:
         async with await anyio.open_file(path, "rb") as f:
             head = await f.read(_CHUNK)
             if not head:
                 raise InvalidDocument(f"{name}: empty file (0 bytes)")
-            if _MAGIC not in head[:1024]:
-                raise InvalidDocument(f"{name}: not a PDF (no %PDF- header)")
             yield head
             while block := await f.read(_CHUNK):
                 yield block
@@ -95,15 +103,18 @@ async def submit(
     cheap hash only skips files already submitted.
     """
     docs = DocumentRepository(pool)
+    fmt = detect_format(path)
     if not force:
         existing = await docs.find_by_sha256(inspect_file(path).sha256)
         if existing is not None:
             return Submitted(document_id=existing.id, created=False)
     doc_id = uuid.uuid4()
-    stored = await assets.put_stream(_pdf_chunks(path), PDF, lambda sha: original_key(doc_id, sha))
+    stored = await assets.put_stream(
+        _file_chunks(path), fmt.media_type, lambda sha: original_key(doc_id, sha)
+    )
     result: Submitted | None = None
     try:
-        result = await _record(docs, stored, doc_id, path, conn, force, max_attempts)
+        result = await _record(docs, stored, doc_id, path, fmt, conn, force, max_attempts)
         return result
     finally:
         if result is None or not result.created:  # no original without its own row
@@ -116,6 +127,7 @@ async def _record(
     stored: Stored,
     doc_id: uuid.UUID,
     path: Path,
+    fmt: Format,
     conn: asyncpg.Connection[Any] | None,
     force: bool,
     max_attempts: int,
@@ -127,7 +139,7 @@ async def _record(
     new = NewDocument(
         id=doc_id,
         filename=display_name(path),
-        media_type=PDF,
+        media_type=fmt.media_type,
         byte_size=stored.size,
         sha256=stored.sha256,
         asset_key=stored.key,

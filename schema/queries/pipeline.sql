@@ -8,14 +8,14 @@ DELETE FROM pages WHERE document_id = $1;
 
 -- name: insert_pages
 -- A document's text per page.
--- $1 document id, $2 page numbers, $3 texts
-INSERT INTO pages (document_id, page, text)
-SELECT $1, p, t FROM unnest($2::int[], $3::text[]) AS u (p, t);
+-- $1 document id, $2 page numbers, $3 texts, $4 section labels (NULL: a page of a PDF)
+INSERT INTO pages (document_id, page, text, section)
+SELECT $1, p, t, s FROM unnest($2::int[], $3::text[], $4::text[]) AS u (p, t, s);
 
 -- name: document_pages
 -- A document's pages in order.
 -- $1 document id
-SELECT page, text FROM pages WHERE document_id = $1 ORDER BY page;
+SELECT page, text, section FROM pages WHERE document_id = $1 ORDER BY page;
 
 -- name: delete_assets_except
 -- Drop images a new parse no longer found (descriptions of the rest are kept).
@@ -65,12 +65,13 @@ SELECT coalesce(max(ordinal) + 1, 0) FROM chunks WHERE document_id = $1 AND kind
 -- name: insert_chunks
 -- Chunks of one kind.
 -- $1 document id, $2 kind, $3 generation, $4 ordinals, $5 texts, $6 first pages,
--- $7 last pages, $8 sha256s, $9 token counts (NULL: not counted), $10 over the window
+-- $7 last pages, $8 sha256s, $9 token counts (NULL: not counted), $10 over the window,
+-- $11 sections of their first pages (NULL: none)
 INSERT INTO chunks (document_id, kind, generation, ordinal, text, page_start, page_end, sha256,
-                    tokens, over_window)
+                    tokens, over_window, section)
 SELECT $1, $2::ragline_chunk_kind, $3, * FROM unnest($4::int[], $5::text[], $6::int[],
                                                      $7::int[], $8::text[], $9::int[],
-                                                     $10::boolean[]);
+                                                     $10::boolean[], $11::text[]);
 
 -- name: chunks_over_window
 -- Chunks longer than the embedder's window (their tail was never embedded), in how many
@@ -110,6 +111,7 @@ ON CONFLICT (model, sha256) DO NOTHING;
 -- $1 document id, $2 model
 -- A key lookup per chunk: as a join, a generic plan may hash the whole embeddings table.
 SELECT c.ordinal, c.kind::text AS kind, c.text, c.page_start, c.page_end, c.generation,
+       c.section,
        (SELECT e.vector FROM embeddings AS e WHERE e.model = $2 AND e.sha256 = c.sha256)
            AS vector
 FROM chunks AS c
