@@ -66,7 +66,7 @@ class SubmitResult(msgspec.Struct, frozen=True):
 
 
 def expand(paths: Sequence[str]) -> tuple[list[Path], list[Refused]]:
-    """Files as given, PDFs found in directories (recursively), globs expanded."""
+    """Files as given, documents found in directories (recursively), globs expanded."""
     files: list[Path] = []
     refused: list[Refused] = []
     for raw in paths:
@@ -92,8 +92,11 @@ DANGLING = "symbolic link to a file that does not exist"
 
 
 def pdfs_under(directory: Path) -> tuple[list[Path], list[Refused]]:
-    """The PDFs below ``directory``, and a refusal per dangling ``*.pdf`` symlink."""
-    candidates = sorted(p for p in directory.rglob("*") if p.suffix.lower() == ".pdf")
+    """The documents below ``directory`` (by the suffixes of the formats ragline reads; each
+    is then detected from its content), and a refusal per dangling symlink among them."""
+    from stages.formats import SUFFIXES
+
+    candidates = sorted(p for p in directory.rglob("*") if p.suffix.lower() in SUFFIXES)
     found = [p for p in candidates if p.is_file()]
     dangling = [
         Refused(escape_name(str(p)), DANGLING)
@@ -145,9 +148,11 @@ def report_refused(refused: Sequence[Refused]) -> None:
 @json_option
 @click.pass_obj
 def submit(app: App, paths: tuple[str, ...], force: bool, as_json: bool) -> None:
-    """Store PDFs and queue them for processing (files, directories, globs).
+    """Store documents and queue them for processing (files, directories, globs).
 
-    A file that is not a PDF or cannot be read is refused with one line; the rest go in.
+    PDF, XPS, EPUB, MOBI, FB2, CBZ, SVG, PNG, JPEG, TIFF, DOCX, HTML, Markdown and text,
+    detected from their content; any other file, or one that cannot be read, is refused
+    with one line; the rest go in.
     Exit 0 when everything went in, 1 when something was refused.
     """
     files, refused = expand(paths)
@@ -214,7 +219,7 @@ def summarize(docs: Sequence[Document], refused: list[Refused], interrupted: boo
 def ingest(
     ctx: click.Context, paths: tuple[str, ...], force: bool, as_json: bool, progress: bool | None
 ) -> None:
-    """Submit PDFs, then run every stage in this process until they are done.
+    """Submit documents, then run every stage in this process until they are done.
 
     Shows progress per stage and ends with a summary: ready, failed (with the stage and
     the reason). Ctrl-C stops cleanly; running the same command again resumes where it
@@ -326,9 +331,11 @@ def search(app: App, query: str, limit: int, as_json: bool) -> None:
         click.echo("no results (nothing indexed with this embedding model yet?)", err=True)
     for h in hits:
         text = " ".join(str(h.get("text", "")).split())
+        # Formats without pages: "p." counts sections, and the section label follows.
+        section = f" · {escape_name(str(h['section']))}" if h.get("section") else ""
         click.echo(
             f"{h['score']:.3f}  {escape_name(str(h.get('filename')))}  p.{h.get('page_start')}"
-            f"-{h.get('page_end')}  {h.get('document_id')}\n    {text[:200]}"
+            f"-{h.get('page_end')}{section}  {h.get('document_id')}\n    {text[:200]}"
         )
 
 

@@ -24,7 +24,8 @@ from runtime.models import Job
 from runtime.stage import DbConn, JobContext
 from stages import store
 from stages.assets import image_key
-from stages.formats import by_media_type, read_units
+from stages.formats import by_media_type
+from stages.formats.read import read_units
 from stages.pdf import Image, iter_pages, open_pdf
 from stages.services import Services
 

@@ -17,7 +17,6 @@ import msgspec
 from docx.opc.exceptions import OpcError
 from docx.table import Table
 from docx.text.paragraph import Paragraph
-from lxml import etree
 from PIL import Image as PILImage
 from PIL import UnidentifiedImageError
 
@@ -38,11 +37,12 @@ class DocxSection(msgspec.Struct, frozen=True):
 
 
 def docx_sections(path: Path, name: str, limits: tuple[int, int, int]) -> list[DocxSection]:
-    """:raises InvalidDocument: not a readable DOCX (one line)."""
+    """:raises InvalidDocument: not a readable DOCX (one line). (lxml's XML syntax errors
+    are SyntaxErrors.)"""
     try:
         document = docx.Document(str(path))
         return _Reader(document, limits).read()
-    except (zipfile.BadZipFile, OpcError, KeyError, ValueError, etree.LxmlError) as exc:
+    except (zipfile.BadZipFile, OpcError, KeyError, ValueError, SyntaxError) as exc:
         raise InvalidDocument(
             one_line(
                 f"{name}: damaged DOCX that cannot be read ({exc}); re-save it from its source"

@@ -29,16 +29,16 @@ from litestar.exceptions import InternalServerException
 
 import schema
 from runtime.documents import DocumentRepository, Submitted
+from runtime.errors import InvalidDocument
 from runtime.models import NewDocument
 from stages.assets import AssetStore, original_key
+from stages.formats.detect import detect
 from stages.serve.problems import problem
 
 Q = schema.load("serve")
 
 PDF = "application/pdf"
 FIRST_STAGE = "parse"
-_MAGIC = b"%PDF-"
-_HEAD = 1024
 _FLUSH = 1 << 20
 MAX_FILENAME = 255
 MAX_IDEMPOTENCY_KEY = 200
@@ -52,6 +52,7 @@ class Spooled(msgspec.Struct, frozen=True, kw_only=True):
     filename: str
     sha256: str
     byte_size: int
+    media_type: str = PDF
 
 
 class Spool:
@@ -66,15 +67,12 @@ class Spool:
         self.limit_bytes = limit_bytes
         self.digest = hashlib.sha256()
         self.size = 0
-        self.head = b""
         self._buf = bytearray()
 
     async def write(self, data: bytes) -> None:
         self.size += len(data)
         if self.size > self.limit_bytes:
             raise problem(413, f"upload larger than {self.limit_bytes // (1 << 20)} MB")
-        if len(self.head) < _HEAD:
-            self.head = (self.head + data)[:_HEAD]
         self._buf += data
         if len(self._buf) >= _FLUSH:
             await self._flush()
@@ -97,9 +95,13 @@ class Spool:
     async def finish(self, filename: str) -> Spooled:
         await self._flush()
         await anyio.to_thread.run_sync(self._close)
-        check_pdf(filename, self.size, self.head)
+        media_type = await anyio.to_thread.run_sync(check_type, filename, self.size, self.path)
         return Spooled(
-            path=self.path, filename=filename, sha256=self.digest.hexdigest(), byte_size=self.size
+            path=self.path,
+            filename=filename,
+            sha256=self.digest.hexdigest(),
+            byte_size=self.size,
+            media_type=media_type,
         )
 
     def discard(self) -> None:
@@ -107,12 +109,15 @@ class Spool:
         self.path.unlink(missing_ok=True)
 
 
-def check_pdf(filename: str, size: int, head: bytes) -> None:
-    """The checks ``submit`` makes: not empty, a ``%PDF-`` header in the first KiB."""
+def check_type(filename: str, size: int, path: Path) -> str:
+    """The checks ``submit`` makes: not empty, a type ragline reads (detected from the
+    content, stages/formats/detect.py); its media type."""
     if size == 0:
         raise problem(400, f"{filename}: empty body (0 bytes)")
-    if _MAGIC not in head:
-        raise problem(415, f"{filename}: not a PDF (no %PDF- header)")
+    try:
+        return detect(path, filename).media_type
+    except InvalidDocument as exc:
+        raise problem(415, exc.message) from None
 
 
 def clean_filename(raw: str | None) -> str:
@@ -225,13 +230,13 @@ class Stored(msgspec.Struct, frozen=True, kw_only=True):
     created: bool
 
 
-async def put_spooled(assets: AssetStore, key: str, path: Path) -> None:
+async def put_spooled(assets: AssetStore, key: str, path: Path, media_type: str = PDF) -> None:
     """Into the asset store: renamed into place when the store is a directory on the same
     file system (one write of the bytes in all), else copied or uploaded."""
     move_in = getattr(assets, "move_file_in", None)
     if move_in is not None and await move_in(key, path):
         return
-    await assets.put_file(key, path, PDF)
+    await assets.put_file(key, path, media_type)
 
 
 class _KeyTaken(Exception):
@@ -252,7 +257,7 @@ async def store(
         return Stored(document_id=existing.id, created=False)
     doc_id = uuid.uuid4()
     key = original_key(doc_id, spooled.sha256)
-    await put_spooled(assets, key, spooled.path)
+    await put_spooled(assets, key, spooled.path, spooled.media_type)
     try:
         result = await _commit(pool, spooled, doc_id, key, idempotency_key)
     except _KeyTaken:
@@ -274,7 +279,7 @@ async def _commit(
     new = NewDocument(
         id=doc_id,
         filename=spooled.filename,
-        media_type=PDF,
+        media_type=spooled.media_type,
         byte_size=spooled.byte_size,
         sha256=spooled.sha256,
         asset_key=key,

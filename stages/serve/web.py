@@ -20,6 +20,7 @@ from litestar.params import Body
 from litestar.response import Redirect
 
 from runtime.providers import ProviderState
+from stages.formats import FORMATS, SUFFIXES
 from stages.serve import api
 from stages.serve.auth import COOKIE, token_ok
 from stages.serve.context import ServeContext, document_id
@@ -41,6 +42,10 @@ def page(title: str, body: str, *, active: str = "") -> Response[str]:
 </head><body><header><strong>ragline</strong><nav>{nav}</nav></header>
 <main><h1>{escape(title)}</h1><p id="message" role="status"></p>{body}</main></body></html>"""
     return Response(html, media_type=HTML)
+
+
+#: What the upload box offers: every format ragline reads (detected from content on upload).
+ACCEPT = ",".join(sorted({f.media_type for f in FORMATS} | set(SUFFIXES)))
 
 
 def _cell(value: object) -> str:
@@ -77,7 +82,7 @@ async def documents_page(
         more = f'<p><a href="/?{query}&cursor={quote(listing.next_cursor)}">older</a></p>'
     body = f"""
 <form id="upload-form" class="bar"><input type="file" id="upload-file" name="file"
- accept="application/pdf,.pdf" multiple>
+ accept="{ACCEPT}" multiple>
 <button type="submit" id="upload-button">upload</button></form>
 <form class="bar" method="get" action="/">{_select("status", api.STATUSES, status)}
 {_select("stage", ctx.stage_names, stage)}<button type="submit">filter</button></form>
@@ -170,9 +175,10 @@ def hit_rows(hits: list[dict[str, Any]]) -> str:
         doc = h.get("document_id")
         link = f"/documents/{uuid.UUID(str(doc))}" if doc else "#"
         text = " ".join(str(h.get("text", "")).split())[:300]
+        section = f"· {_cell(h.get('section'))} " if h.get("section") else ""
         out.append(
             f'<li class="hit"><a href="{link}">{_cell(h.get("filename"))}</a> '
-            f"p.{_cell(h.get('page_start'))}–{_cell(h.get('page_end'))} "
+            f"p.{_cell(h.get('page_start'))}–{_cell(h.get('page_end'))} {section}"
             f'<span class="score">{float(h.get("score", 0)):.3f}</span>'
             f"<p>{escape(text)}</p></li>"
         )

@@ -126,11 +126,11 @@ def test_bad_uploads_answer_4xx_and_store_nothing(
     is_problem(
         http.post(
             "/v1/documents",
-            content=b"hello, not a pdf",
-            headers={"Content-Disposition": 'attachment; filename="../../etc/notes.txt"'},
+            content=b"\x00\x01 binary, no type ragline reads",
+            headers={"Content-Disposition": 'attachment; filename="../../etc/notes.bin"'},
         ),
         415,
-        "notes.txt: not a PDF",
+        "notes.bin: not a type ragline reads",
     )
     bad_multipart = http.post(
         "/v1/documents",

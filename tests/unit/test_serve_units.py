@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from litestar.exceptions import HTTPException
@@ -74,15 +75,26 @@ def test_idempotency_keys_and_lengths() -> None:
         uploads.check_length("ten", 10)
 
 
-def test_pdf_checks_match_submit() -> None:
-    uploads.check_pdf("a.pdf", 9, b"%PDF-1.7\n")
-    uploads.check_pdf("a.pdf", 20, b"\xef\xbb\xbfjunk %PDF-1.4")  # anywhere in the first KiB
+def test_upload_checks_match_submit(tmp_path: Path) -> None:
+    def check(name: str, data: bytes) -> str:
+        path = tmp_path / "spool"
+        path.write_bytes(data)
+        return uploads.check_type(name, len(data), path)
+
+    assert check("a.pdf", b"%PDF-1.7\n") == "application/pdf"
+    assert check("a.pdf", b"\xef\xbb\xbfjunk %PDF-1.4") == "application/pdf"  # in the first KiB
+    assert check("a.txt", b"hello") == "text/plain"  # the formats submit reads
     with pytest.raises(HTTPException) as empty:
-        uploads.check_pdf("a.pdf", 0, b"")
+        check("a.pdf", b"")
     assert empty.value.status_code == 400
     with pytest.raises(HTTPException) as other:
-        uploads.check_pdf("a.txt", 5, b"hello")
-    assert other.value.status_code == 415 and "a.txt: not a PDF" in str(other.value.detail)
+        check("a.bin", b"\x00\x01\x02 binary")
+    assert other.value.status_code == 415 and "a.bin: not a type ragline reads" in str(
+        other.value.detail
+    )
+    with pytest.raises(HTTPException) as mislabelled:
+        check("a.pdf", b"hello")
+    assert "a.pdf: not a PDF" in str(mislabelled.value.detail)
 
 
 def test_cursor_round_trip_and_garbage() -> None:
