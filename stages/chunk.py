@@ -36,6 +36,18 @@ CHUNK_TOKENS = Histogram(
 )
 
 
+def section_label(sections: dict[int, str], first: int, last: int) -> str | None:
+    """The sections a chunk spans, in order, once each ("Tides | Tides › Spring tides");
+    None for pages without one (PDFs)."""
+    if not sections:
+        return None
+    labels = dict.fromkeys(sections[p] for p in range(first, last + 1) if p in sections)
+    if not labels:
+        return None
+    label = " | ".join(labels)
+    return label if len(label) <= 300 else label[:299] + "…"
+
+
 class ChunkStage:
     name = "chunk"
 
@@ -61,7 +73,7 @@ class ChunkStage:
                 sha256=c.sha256,
                 tokens=c.tokens,
                 over_window=c.tokens > window,
-                section=sections.get(c.page_start),
+                section=section_label(sections, c.page_start, c.page_end),
             )
             for c in chunks
         ]

@@ -278,8 +278,20 @@ def guess_decode(data: bytes) -> str | None:
     """charset-normalizer's best reading of ``data``, or None."""
     from charset_normalizer import from_bytes  # here: only non-UTF-8 text needs it
 
-    best = from_bytes(data).best()
-    return None if best is None else str(best)
+    results = from_bytes(data)
+    best = results.best()
+    if best is None:
+        return None
+    # A tie means the bytes cannot tell those encodings apart; Windows-1252 is then by far
+    # the likeliest (charset-normalizer's order among equals is arbitrary: cp1250 first).
+    for match in results:
+        tied = (match.percent_chaos, match.percent_coherence) == (
+            best.percent_chaos,
+            best.percent_coherence,
+        )
+        if tied and "cp1252" in match.could_be_from_charset:
+            return str(match)
+    return str(best)
 
 
 def _control_share(text: str) -> float:

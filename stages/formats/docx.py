@@ -43,9 +43,10 @@ def docx_sections(path: Path, name: str, limits: tuple[int, int, int]) -> list[D
         document = docx.Document(str(path))
         return _Reader(document, limits).read()
     except (zipfile.BadZipFile, OpcError, KeyError, ValueError, SyntaxError) as exc:
+        reason = str(exc).replace(str(path), name)  # not the stored file's path
         raise InvalidDocument(
             one_line(
-                f"{name}: damaged DOCX that cannot be read ({exc}); re-save it from its source"
+                f"{name}: damaged DOCX that cannot be read ({reason}); re-save it from its source"
             )
         ) from exc
 

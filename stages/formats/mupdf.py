@@ -82,20 +82,26 @@ def _check_pixels(path: Path, fmt: Format, name: str, max_pixels: int) -> None:
 
 
 def _open(path: Path, fmt: Format, name: str) -> Any:
+    doc = None
     try:
         doc = pymupdf.open(str(path), filetype=fmt.mupdf_type)
+        # MuPDF reads some formats lazily: damage may show only when pages are counted.
+        locked, pages = doc.needs_pass or doc.is_encrypted, doc.page_count
     except _ERRORS as exc:
+        if doc is not None:
+            doc.close()
+        # Not the stored file's path: a name the user knows.
+        reason = str(exc).replace(str(path), name)
         raise InvalidDocument(
             one_line(
-                f"{name}: damaged {fmt.name} that cannot be opened ({exc}); submit an intact copy"
+                f"{name}: damaged {fmt.name} that cannot be opened ({reason}); "
+                "submit an intact copy"
             )
         ) from exc
-    if doc.needs_pass or doc.is_encrypted:
+    if locked or pages < 1:
         doc.close()
-        raise InvalidDocument(one_line(f"{name}: encrypted {fmt.name}; remove the protection"))
-    if doc.page_count < 1:
-        doc.close()
-        raise InvalidDocument(one_line(f"{name}: {fmt.name} has no pages"))
+        what = f"encrypted {fmt.name}; remove the protection" if locked else "no pages"
+        raise InvalidDocument(one_line(f"{name}: {what}"))
     return doc
 
 
