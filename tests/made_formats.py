@@ -41,12 +41,12 @@ TOPICS: dict[str, tuple[str, str]] = {
     "html": ("Coffee roasting", "Green coffee beans crack and darken in the roasting drum."),
     "docx": ("Glaciers", "A glacier carves a valley as compacted snow turns to flowing ice."),
 }
-#: Pictures: words OCR reads back (large, plain, dark on white).
-PICTURE_WORDS = {
-    "png": "SAILBOAT REGATTA",
-    "jpeg": "CACTUS DESERT",
-    "tiff": "TRAIN STATION",
-    "svg": "ORCHESTRA VIOLIN",
+#: Pictures: words OCR reads back (large, plain, dark on white), one line per page.
+PICTURE_WORDS: dict[str, tuple[str, ...]] = {
+    "png": ("SAILBOAT REGATTA",),
+    "jpeg": ("CACTUS DESERT",),
+    "tiff": ("TRAIN STATION",),
+    "svg": ("ORCHESTRA VIOLIN",),
     "cbz": ("COMIC PANEL", "SPACESHIP LANDING"),
 }
 
@@ -60,18 +60,18 @@ def picture_png(words: str, *, width: int = 520, height: int = 110) -> bytes:
 
 
 def make_png(path: Path) -> Path:
-    path.write_bytes(picture_png(PICTURE_WORDS["png"]))
+    path.write_bytes(picture_png(PICTURE_WORDS["png"][0]))
     return path
 
 
 def make_jpeg(path: Path) -> Path:
-    doc = pymupdf.open("png", picture_png(PICTURE_WORDS["jpeg"]))
+    doc = pymupdf.open("png", picture_png(PICTURE_WORDS["jpeg"][0]))
     path.write_bytes(doc[0].get_pixmap(dpi=144).tobytes("jpeg"))
     return path
 
 
 def make_tiff(path: Path) -> Path:
-    with PILImage.open(io.BytesIO(picture_png(PICTURE_WORDS["tiff"]))) as img:
+    with PILImage.open(io.BytesIO(picture_png(PICTURE_WORDS["tiff"][0]))) as img:
         img.save(path, format="TIFF")
     return path
 
@@ -79,7 +79,7 @@ def make_tiff(path: Path) -> Path:
 def make_svg(path: Path) -> Path:
     doc = pymupdf.open()
     page = doc.new_page(width=520, height=110)
-    page.insert_text((16, 68), PICTURE_WORDS["svg"], fontsize=36, fontname="helv")
+    page.insert_text((16, 68), PICTURE_WORDS["svg"][0], fontsize=36, fontname="helv")
     path.write_text(page.get_svg_image(text_as_path=True))  # a drawing: no text to extract
     return path
 

@@ -79,8 +79,7 @@ async def test_every_format_is_ingested_end_to_end_with_ocr(dsn: str, tmp_path: 
                 assert "section" not in hit.payload, (suffix, hit.payload)
             else:  # a chunk over several sections shows each: "Tides | Tides › Spring tides"
                 assert label in hit.payload["section"].split(" | "), (suffix, hit.payload)
-        for suffix, words in PICTURE_WORDS.items():
-            expected = [words] if isinstance(words, str) else list(words)
+        for suffix, expected in PICTURE_WORDS.items():
             images = [c for c in await env.chunks(ids[suffix]) if c.kind == "image"]
             read = " ".join(c.text.upper() for c in images)
             # OCR reads each picture (one page per picture; a CBZ's pages in order).
