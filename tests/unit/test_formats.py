@@ -1,0 +1,163 @@
+"""Detection from content and the readers of formats without pages (no database)."""
+
+from __future__ import annotations
+
+import importlib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from runtime.errors import InvalidDocument
+from stages.chunk import section_label
+from stages.formats import detect
+from stages.formats.detect import detect_bytes
+from stages.formats.html import decode_html, html_sections
+from stages.formats.text import TEXT_SECTION_CHARS, decode_text, markdown_sections, text_sections
+from tests.made_formats import MAKERS, damaged
+
+NAMES = {
+    "xps": "XPS",
+    "epub": "EPUB",
+    "mobi": "MOBI",
+    "fb2": "FB2",
+    "cbz": "CBZ",
+    "svg": "SVG",
+    "png": "PNG",
+    "jpeg": "JPEG",
+    "tiff": "TIFF",
+    "md": "Markdown",
+    "txt": "text",
+    "html": "HTML",
+    "docx": "DOCX",
+}
+
+
+@pytest.mark.parametrize("suffix", list(MAKERS))
+def test_each_format_is_detected_from_its_content(suffix: str, tmp_path: Path) -> None:
+    path = MAKERS[suffix](tmp_path / f"x.{suffix}")
+    assert detect(path, path.name).name == NAMES[suffix]
+    # The content decides, not the name (Markdown and text look alike: the suffix picks).
+    if suffix not in ("md", "txt"):
+        renamed = path.rename(tmp_path / "no-suffix")
+        assert detect(renamed, "no-suffix").name == NAMES[suffix]
+
+
+@pytest.mark.parametrize("suffix", list(MAKERS))
+def test_a_damaged_file_is_still_detected_as_its_format(suffix: str, tmp_path: Path) -> None:
+    """So it fails at parse, naming itself, rather than being refused as unknown."""
+    path = MAKERS[suffix](tmp_path / f"x.{suffix}")
+    bad = tmp_path / f"bad.{suffix}"
+    bad.write_bytes(damaged(path, suffix))
+    assert detect(bad, bad.name).name == NAMES[suffix]
+
+
+def test_a_truncated_epub_is_known_by_its_first_member_whatever_its_name(
+    tmp_path: Path,
+) -> None:
+    path = MAKERS["epub"](tmp_path / "book.epub")
+    bad = tmp_path / "book.bin"
+    bad.write_bytes(path.read_bytes()[:200])
+    assert detect(bad, bad.name).name == "EPUB"
+
+
+def test_zip_containers_that_unpack_too_far_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = MAKERS["docx"](tmp_path / "x.docx")
+    # (The package exports the function under the module's name.)
+    module = importlib.import_module("stages.formats.detect")
+    monkeypatch.setattr(module, "MAX_UNZIPPED_BYTES", 10_000)
+    with pytest.raises(InvalidDocument, match=r"^x\.docx: zip container unpacks to more than"):
+        detect(path, path.name)
+
+
+def test_an_unknown_zip_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "code.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("a.py", "print(1)\n")
+    with pytest.raises(InvalidDocument, match=r"^code\.zip: not a type ragline reads"):
+        detect(path, path.name)
+
+
+@pytest.mark.parametrize(
+    ("head", "name", "expected"),
+    [
+        (b"%PDF-1.7\n", "a", "PDF"),
+        (b"junk\n%PDF-1.4", "a.txt", "PDF"),  # content over suffix
+        (b"<!-- generated --><!DOCTYPE html><p>hi", "page", "HTML"),
+        (b'<?xml version="1.0"?>\n<!DOCTYPE html>\n<html xmlns="x">', "a.xhtml", "HTML"),
+        (b'<?xml version="1.0"?><svg xmlns="http://www.w3.org/2000/svg"/>', "a", "SVG"),
+        (b'<?xml version="1.0"?><FictionBook xmlns="x"/>', "a", "FB2"),
+        (b"# Title\n\nBody", "notes.md", "Markdown"),
+        (b"# Title\n\nBody", "notes", "text"),
+        ("\ufeffUTF-16 text".encode("utf-16"), "a", "text"),
+        ("Grüße aus Köln, schöne Straße".encode("cp1252") * 20, "a", "text"),
+    ],
+)
+def test_detect_bytes(head: bytes, name: str, expected: str) -> None:
+    assert detect_bytes(head, name).name == expected
+
+
+@pytest.mark.parametrize(
+    ("head", "name", "message"),
+    [
+        (b"", "a.pdf", "a.pdf: empty file (0 bytes)"),
+        (b"\x00\x01\x02\x03" * 64, "blob", "blob: not a type ragline reads"),
+        (b"\x00\x01\x02\x03" * 64, "x.pdf", "x.pdf: not a PDF (no %PDF- header), nor another"),
+        (b"meeting notes\n" * 9, "notes.pdf", "notes.pdf: not a PDF (no %PDF- header): its"),
+        (b'<?xml version="1.0"?><rss/>', "feed.xml", "feed.xml: not a type ragline reads"),
+    ],
+)
+def test_refusals_are_one_line(head: bytes, name: str, message: str) -> None:
+    with pytest.raises(InvalidDocument) as caught:
+        detect_bytes(head, name)
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_markdown_sections_follow_its_headings_not_hashes_in_code() -> None:
+    text = "Intro.\n\n# A\n\none\n\n```\n# code\n```\n\n## B\n\ntwo\n\n# C\nthree\n"
+    sections = markdown_sections(text)
+    assert [s.label for s in sections] == ["lines 1–2", "A", "A › B", "C"]
+    assert "".join(s.text for s in sections) == text  # verbatim slices, nothing lost
+
+
+def test_text_sections_are_line_ranges_of_bounded_size() -> None:
+    paragraph = "word " * 60 + "\n\n"
+    text = paragraph * 100
+    sections = text_sections(text)
+    assert len(sections) > 1
+    assert "".join(s.text for s in sections) == text
+    assert all(len(s.text) < TEXT_SECTION_CHARS + len(paragraph) for s in sections)
+    assert sections[0].label is not None and sections[0].label.startswith("lines 1–")
+    assert all(s.text.endswith("\n\n") for s in sections[:-1])  # cut at blank lines
+
+
+def test_html_sections_drop_scripts_and_keep_structure() -> None:
+    page = (
+        "<html><head><title>T</title><script>hidden()</script></head><body>"
+        "<nav>Menu</nav><h1>One <em>big</em></h1><p>a  b<br>c</p><pre>x\n  y</pre>"
+        "<h2>Two</h2><ul><li>i</li><li>ii</li></ul><h1>Three</h1><p>z</p>"
+        "<style>p{}</style></body></html>"
+    )
+    sections = html_sections(page)
+    assert [s.label for s in sections] == ["T", "One big", "One big › Two", "Three"]
+    assert sections[1].text == "One big\n\na b\nc\n\nx\n  y"
+    assert sections[2].text == "Two\n\ni\n\nii"
+    assert all("hidden" not in s.text and "p{}" not in s.text for s in sections)
+
+
+def test_decoding_believes_boms_and_meta_charset_and_refuses_damage() -> None:
+    assert decode_text("\ufeffhé".encode("utf-16-le"), "a") == "hé"
+    assert decode_html(b'<meta charset="iso-8859-15"><p>\xa4', "a").endswith("€")
+    with pytest.raises(InvalidDocument, match=r"^a\.txt: damaged text: invalid utf-8 at byte"):
+        decode_text(b"ok " * 30_000 + b"\xff\xfe", "a.txt")
+    with pytest.raises(InvalidDocument, match=r"^a\.txt: damaged text: binary data"):
+        decode_text(b"ok\x00ok", "a.txt")
+
+
+def test_a_chunk_names_each_section_it_spans_once() -> None:
+    sections = {1: "A", 2: "A", 3: "A › B"}
+    assert section_label(sections, 1, 3) == "A | A › B"
+    assert section_label(sections, 3, 3) == "A › B"
+    assert section_label({}, 1, 9) is None
