@@ -64,7 +64,7 @@ def test_postmaster_killed_mid_ingest_comes_back_and_nothing_is_lost(cli: Embedd
         running.kill()
     assert result.code == EXIT_OK, result
     summary: dict[str, Any] = result.json()
-    assert len(summary["ready"]) == 3 and not summary["failed"], result
+    assert len(summary["ready"]) == 4 and not summary["failed"], result  # 3 PDFs, 1 Markdown
     assert "the embedded PostgreSQL is back" in result.err, result
     assert "Traceback" not in result.err
     # The server the run ended with is a new one, and the run stopped it when it ended.

@@ -69,7 +69,7 @@ def nothing_lost(dsn: str) -> None:
         dsn,
         "SELECT count(*) FILTER (WHERE status = 'ready') AS ready, count(*) AS docs FROM documents",
     )
-    assert row["ready"] == row["docs"] == 3, dict(row)
+    assert row["ready"] == row["docs"] == 4, dict(row)  # samples/: 3 PDFs, 1 Markdown
     [jobs] = sql(
         dsn, "SELECT max(attempts) AS most, coalesce(sum(lost), 0) AS lost FROM stage_jobs"
     )
