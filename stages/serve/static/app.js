@@ -96,7 +96,7 @@ function listen() {
 async function upload(form) {
   const files = document.getElementById("upload-file").files;
   if (!files.length) {
-    say("choose a PDF first", true);
+    say("choose a document first", true);
     return;
   }
   for (const file of files) {
