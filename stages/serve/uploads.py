@@ -32,7 +32,7 @@ from runtime.documents import DocumentRepository, Submitted
 from runtime.errors import InvalidDocument
 from runtime.models import NewDocument
 from stages.assets import AssetStore, original_key
-from stages.formats.detect import detect
+from stages.formats.detect import by_media_type, detect
 from stages.serve.problems import problem
 
 Q = schema.load("serve")
@@ -95,7 +95,11 @@ class Spool:
     async def finish(self, filename: str) -> Spooled:
         await self._flush()
         await anyio.to_thread.run_sync(self._close)
-        media_type = await anyio.to_thread.run_sync(check_type, filename, self.size, self.path)
+        if filename == DEFAULT_NAME:  # no name given: the content names the type
+            media_type = await anyio.to_thread.run_sync(check_type, "upload", self.size, self.path)
+            filename = default_name(media_type)
+        else:
+            media_type = await anyio.to_thread.run_sync(check_type, filename, self.size, self.path)
         return Spooled(
             path=self.path,
             filename=filename,
@@ -120,12 +124,21 @@ def check_type(filename: str, size: int, path: Path) -> str:
         raise problem(415, exc.message) from None
 
 
+DEFAULT_NAME = "upload.pdf"
+
+
+def default_name(media_type: str) -> str:
+    """``upload`` with the usual suffix of the detected type (``upload.pdf`` for a PDF)."""
+    fmt = by_media_type(media_type)
+    return "upload" + fmt.suffixes[0] if fmt is not None else DEFAULT_NAME
+
+
 def clean_filename(raw: str | None) -> str:
     """A display name only (never a path): the last path segment, no control characters."""
     name = (raw or "").replace("\\", "/").rsplit("/", 1)[-1]
     name = "".join(c for c in name if unicodedata.category(c)[0] != "C").strip()
     if name in ("", ".", ".."):
-        name = "upload.pdf"
+        name = DEFAULT_NAME
     return name[:MAX_FILENAME]
 
 
@@ -191,7 +204,7 @@ class _Parts:
         if isinstance(event, multipart.MultipartSegment):
             self.in_file = event.name == "file" and self.filename is None
             if self.in_file:
-                self.filename = event.filename or "upload.pdf"
+                self.filename = event.filename or DEFAULT_NAME
             self.other = 0
         elif event is None:
             self.in_file = False
