@@ -63,12 +63,15 @@ class ParseStage:
             # parsing takes more processes (``--stages parse``).
             if self._cpu is None:
                 self._cpu = anyio.CapacityLimiter(1)
-            parse = self._parse if doc.media_type == PDF else self._parse_other
+            if doc.media_type != PDF:
+                return await anyio.to_thread.run_sync(
+                    self._parse_other, job, path, doc.filename, doc.media_type, limiter=self._cpu
+                )
             return await anyio.to_thread.run_sync(
-                parse, job, path, doc.filename, doc.media_type, limiter=self._cpu
+                self._parse, job, path, doc.filename, limiter=self._cpu
             )
 
-    def _parse(self, job: Job, path: Path, filename: str, _media_type: str) -> ParseOutput:
+    def _parse(self, job: Job, path: Path, filename: str) -> ParseOutput:
         """Runs in a worker thread; stores images through the event loop as it goes."""
         s = self.services.settings
         pages: list[store.Page] = []
