@@ -79,7 +79,9 @@ def detect(path: Path, name: str) -> Format:
     :raises InvalidDocument: empty, or not a type ragline reads (one line).
     """
     with path.open("rb") as f:
-        head = f.read(HEAD_BYTES)
+        head = f.read(1024)  # enough for every magic number: most files stop here
+        if _magic(head) is None:
+            head += f.read(HEAD_BYTES - len(head))
     return detect_bytes(head, name, path)
 
 
