@@ -74,6 +74,7 @@ READONLY: dict[str, tuple[str, ...]] = {
     "timeline": ("status", "{lighthouses}"),
     "timeline_json": ("status", "{lighthouses}", "--json"),
     "search": ("search", "lighthouse", "--json", "-k", "3"),
+    "search_sections": ("search", "spring and neap tides when sun and moon line up", "-k", "1"),
     "verify": ("verify", "--json"),
     "retry_nothing": ("retry",),
     "reprocess_no_target": ("reprocess", "--from", "index"),
@@ -373,6 +374,15 @@ def test_search_finds_the_lighthouse_document(readonly: dict[str, Result]) -> No
         assert isinstance(hit["score"], float)
         assert {"document_id", "page_start", "page_end", "text"} <= set(hit)
     assert hits == sorted(hits, key=lambda h: -h["score"])
+
+
+def test_search_shows_the_section_of_a_markdown_sample(readonly: dict[str, Result]) -> None:
+    result = readonly["search_sections"]
+    assert result.code == EXIT_OK, result
+    first, text = result.out_lines
+    # score, file, p.<sections> · <their labels>, document id
+    assert "  tides.md  p." in first and "· " in first and "Spring and Neap Tides" in first
+    assert "spring tides" in text
 
 
 def test_verify_clean_after_ingest(readonly: dict[str, Result]) -> None:
