@@ -58,7 +58,7 @@ FORMATS: tuple[Format, ...] = (
         "docx",
         (".docx",),
     ),
-    Format("text", "text/plain", "text", (".txt", ".text", ".rst", ".log", ".csv")),
+    Format("text", "text/plain", "text", (".txt", ".text", ".rst")),
 )
 _BY_NAME = {f.name: f for f in FORMATS}
 _BY_MEDIA_TYPE = {f.media_type: f for f in FORMATS}
