@@ -100,11 +100,13 @@ def _chapter(title: str, body: str) -> str:
     )
 
 
-def make_epub(path: Path) -> Path:
+def make_epub(path: Path, chapters: list[tuple[str, str]] | None = None) -> Path:
     """EPUB 2 by hand: the OCF ``mimetype`` first and stored, container.xml, an OPF with
-    two chapters in its spine, and an NCX table of contents naming them."""
+    the chapters (title, text) in its spine (by default two), and an NCX table of
+    contents naming them."""
     heading, body = TOPICS["epub"]
-    chapters = [(heading, body), ("Calderas", "A caldera forms when a magma chamber empties.")]
+    if chapters is None:
+        chapters = [(heading, body), ("Calderas", "A caldera forms when a magma chamber empties.")]
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr(zipfile.ZipInfo("mimetype"), "application/epub+zip", zipfile.ZIP_STORED)
         z.writestr(

@@ -21,6 +21,7 @@ import msgspec
 import pymupdf
 from PIL import Image as PILImage
 from PIL import UnidentifiedImageError
+from pymupdf import mupdf
 
 from runtime.errors import InvalidDocument, one_line
 from stages.formats.detect import Format
@@ -110,39 +111,53 @@ def _units(doc: Any, fmt: Format, name: str, limits: tuple[int, int, int]) -> It
     seen: set[str] = set()
     min_px, min_bytes, max_pixels = limits
     for start in range(0, doc.page_count, BATCH_PAGES):
-        end = min(start + BATCH_PAGES, doc.page_count) - 1
-        for first, pdf in _converted(doc, start, end, fmt, name):
-            try:
-                pages = iter_pages(
-                    pdf, min_image_px=min_px, min_image_bytes=min_bytes, max_image_pixels=max_pixels
-                )
-                for text, images in pages:
-                    number = first + text.page
-                    fresh = [_renumber(i, number) for i in images if i.sha256 not in seen]
-                    seen.update(i.sha256 for i in fresh)
-                    if fmt.name == "SVG" and not text.text.strip():
-                        fresh += _rendered(pdf, text.page - 1, number, max_pixels)
-                    yield Unit(number, text.text, chapters.get(number), fresh)
-            finally:
-                pdf.close()
+        end = min(start + BATCH_PAGES, doc.page_count)
+        pdf = _to_pdf(doc, start, end, fmt, name)
+        try:
+            pages = iter_pages(
+                pdf, min_image_px=min_px, min_image_bytes=min_bytes, max_image_pixels=max_pixels
+            )
+            for text, images in pages:
+                number = start + text.page
+                fresh = [_renumber(i, number) for i in images if i.sha256 not in seen]
+                seen.update(i.sha256 for i in fresh)
+                if fmt.name == "SVG" and not text.text.strip():
+                    fresh += _rendered(pdf, text.page - 1, number, max_pixels)
+                yield Unit(number, text.text, chapters.get(number), fresh)
+        finally:
+            pdf.close()
 
 
-def _converted(doc: Any, start: int, end: int, fmt: Format, name: str) -> Iterator[tuple[int, Any]]:
-    """(pages before it, PDF) for the batch, or page by page when the batch fails, leaving
-    out (logged) the pages that cannot be converted."""
-    try:
-        yield start, pymupdf.open("pdf", doc.convert_to_pdf(start, end))
-        return
-    except _ERRORS:
-        if start == end:
+def _to_pdf(doc: Any, start: int, end: int, fmt: Format, name: str) -> Any:
+    """Pages ``start`` to ``end`` (exclusive) as an in-memory PDF, one PDF page each.
+
+    What ``Document.convert_to_pdf`` does, without its link copying, which in PyMuPDF 2.0
+    loads the output's page by the source's number and so fails for any range not starting
+    at page 0. A page MuPDF cannot run stays in as an empty page (logged), so numbers hold.
+    """
+    out = mupdf.PdfDocument()
+    for number in range(start, end):
+        box = mupdf.FzRect(0, 0, 612, 792)
+        try:
+            page = mupdf.fz_load_page(doc.this, number)
+            box = mupdf.fz_bound_page(page)
+            dev, resources, contents = mupdf.pdf_page_write(out, box)
+            mupdf.fz_run_page(page, dev, mupdf.FzMatrix(), mupdf.FzCookie())
+            mupdf.fz_close_device(dev)
+        except _ERRORS as exc:
             if doc.page_count == 1:
                 raise InvalidDocument(
-                    one_line(f"{name}: damaged {fmt.name}: its page cannot be read")
-                ) from None
-            log.warning("%s: page %d cannot be read, left out", name, start + 1)
-            return
-    for number in range(start, end + 1):
-        yield from _converted(doc, number, number, fmt, name)
+                    one_line(f"{name}: damaged {fmt.name}: its page cannot be read ({exc})")
+                ) from exc
+            log.warning("%s: page %d cannot be read, left empty: %s", name, number + 1, exc)
+            dev, resources, contents = mupdf.pdf_page_write(out, box)
+            mupdf.fz_close_device(dev)
+        mupdf.pdf_insert_page(out, -1, mupdf.pdf_add_page(out, box, 0, resources, contents))
+    buffer = mupdf.fz_new_buffer(1 << 16)
+    output = mupdf.FzOutput(buffer)
+    mupdf.pdf_write_document(out, output, mupdf.PdfWriteOptions())
+    output.fz_close_output()
+    return pymupdf.open("pdf", mupdf.fz_buffer_extract_copy(buffer))
 
 
 def _chapters(doc: Any) -> dict[int, str]:

@@ -13,8 +13,10 @@ from stages.chunk import section_label
 from stages.formats import detect
 from stages.formats.detect import detect_bytes
 from stages.formats.html import decode_html, html_sections
+from stages.formats.mupdf import BATCH_PAGES
+from stages.formats.read import read_units
 from stages.formats.text import TEXT_SECTION_CHARS, decode_text, markdown_sections, text_sections
-from tests.made_formats import MAKERS, damaged
+from tests.made_formats import MAKERS, damaged, make_epub
 
 NAMES = {
     "xps": "XPS",
@@ -161,3 +163,17 @@ def test_a_chunk_names_each_section_it_spans_once() -> None:
     assert section_label(sections, 1, 3) == "A | A › B"
     assert section_label(sections, 3, 3) == "A › B"
     assert section_label({}, 1, 9) is None
+
+
+def test_a_book_longer_than_a_batch_keeps_every_page_and_its_chapter(tmp_path: Path) -> None:
+    """Pages are converted BATCH_PAGES at a time (PyMuPDF's own convert_to_pdf fails for a
+    range that does not start at page 0): every page must come through, numbered."""
+    count = BATCH_PAGES + 8
+    chapters = [(f"Chapter {n}", f"Unique words of chapter number {n}.") for n in range(count)]
+    path = make_epub(tmp_path / "long.epub", chapters)
+    units = list(read_units(path, detect(path, path.name), path.name, (32, 1024, 10**7)))
+    assert [u.page for u in units] == list(range(1, len(units) + 1))
+    assert len(units) >= count
+    for n in (0, BATCH_PAGES + 5, count - 1):
+        [unit] = [u for u in units if f"chapter number {n}." in u.text]
+        assert unit.section == f"Chapter {n}"
