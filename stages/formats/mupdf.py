@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,11 +68,14 @@ def read_mupdf(path: Path, fmt: Format, name: str, limits: tuple[int, int, int])
 def _check_pixels(path: Path, fmt: Format, name: str, max_pixels: int) -> None:
     """Refuse a picture too large to decode before decoding it (a decompression bomb)."""
     try:
-        with PILImage.open(path) as img:
-            width, height = img.size
+        with warnings.catch_warnings():
+            # Only the header is read; the limit below is ragline's own.
+            warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)
+            with PILImage.open(path) as img:
+                width, height = img.size
     except PILImage.DecompressionBombError:
         width = height = max_pixels
-    except (UnidentifiedImageError, OSError, ValueError):
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
         return  # MuPDF's own error, on open, names what is wrong
     if width * height > max_pixels:
         raise InvalidDocument(

@@ -177,3 +177,11 @@ def test_a_book_longer_than_a_batch_keeps_every_page_and_its_chapter(tmp_path: P
     for n in (0, BATCH_PAGES + 5, count - 1):
         [unit] = [u for u in units if f"chapter number {n}." in u.text]
         assert unit.section == f"Chapter {n}"
+
+
+def test_a_picture_over_max_image_pixels_is_refused_before_decoding(tmp_path: Path) -> None:
+    path = MAKERS["png"](tmp_path / "scan.png")  # 1040 x 220 px
+    fmt = detect(path, path.name)
+    with pytest.raises(InvalidDocument, match=r"^scan\.png: PNG of 1040x220 px is over"):
+        list(read_units(path, fmt, path.name, (32, 1024, 100_000)))
+    assert len(list(read_units(path, fmt, path.name, (32, 1024, 300_000)))) == 1
