@@ -47,6 +47,7 @@ PICTURE_WORDS: dict[str, tuple[str, ...]] = {
     "jpeg": ("CACTUS DESERT",),
     "tiff": ("TRAIN STATION",),
     "svg": ("ORCHESTRA VIOLIN",),
+    "epub": ("LAVA FOUNTAIN",),  # a figure in the book's first chapter
     "cbz": ("COMIC PANEL", "SPACESHIP LANDING"),
 }
 
@@ -91,20 +92,22 @@ def make_cbz(path: Path) -> Path:
     return path
 
 
-def _chapter(title: str, body: str) -> str:
+def _chapter(title: str, body: str, picture: str | None = None) -> str:
+    img = f'<p><img src="{picture}" alt="figure"/></p>' if picture else ""
     return (
         '<?xml version="1.0" encoding="utf-8"?>\n'
         '<html xmlns="http://www.w3.org/1999/xhtml"><head><title>'
         f"{html.escape(title)}</title></head><body><h1>{html.escape(title)}</h1>"
-        f"<p>{html.escape(body)}</p></body></html>"
+        f"<p>{html.escape(body)}</p>{img}</body></html>"
     )
 
 
 def make_epub(path: Path, chapters: list[tuple[str, str]] | None = None) -> Path:
     """EPUB 2 by hand: the OCF ``mimetype`` first and stored, container.xml, an OPF with
-    the chapters (title, text) in its spine (by default two), and an NCX table of
-    contents naming them."""
+    the chapters (title, text) in its spine (by default two, the first with a PNG figure),
+    and an NCX table of contents naming them."""
     heading, body = TOPICS["epub"]
+    figure = chapters is None
     if chapters is None:
         chapters = [(heading, body), ("Calderas", "A caldera forms when a magma chamber empties.")]
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
@@ -120,6 +123,9 @@ def make_epub(path: Path, chapters: list[tuple[str, str]] | None = None) -> Path
             f'<item id="c{n}" href="c{n}.xhtml" media-type="application/xhtml+xml"/>'
             for n in range(1, len(chapters) + 1)
         )
+        if figure:
+            items += '<item id="fig" href="figure.png" media-type="image/png"/>'
+            z.writestr("OEBPS/figure.png", picture_png(PICTURE_WORDS["epub"][0]))
         spine = "".join(f'<itemref idref="c{n}"/>' for n in range(1, len(chapters) + 1))
         z.writestr(
             "OEBPS/content.opf",
@@ -143,7 +149,8 @@ def make_epub(path: Path, chapters: list[tuple[str, str]] | None = None) -> Path
             f"<navMap>{points}</navMap></ncx>",
         )
         for n, (title, text) in enumerate(chapters, 1):
-            z.writestr(f"OEBPS/c{n}.xhtml", _chapter(title, text))
+            picture = "figure.png" if figure and n == 1 else None
+            z.writestr(f"OEBPS/c{n}.xhtml", _chapter(title, text, picture))
     return path
 
 
