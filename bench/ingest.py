@@ -45,7 +45,8 @@ import pymupdf
 
 from bench.queue import bench_database, connection, heading, pool_of, row, server_dsn, verdict
 from runtime.documents import DocumentRepository
-from stages.assets import AssetStore, DirStore
+from stages.assets import AssetStore
+from stages.dir_store import DirStore
 from stages.submit import inspect_file, submit
 from tests.support.corpus import CORPUS_DIR, corpus_ready
 

@@ -8,7 +8,7 @@ Two implementations of :class:`Embedder`:
   package, tokenizer vendored under ``stages/data``) on onnxruntime in a worker thread:
   no network, no PyTorch, no download at run time.
 
-:func:`embedder_from_env` picks one from the environment.
+:func:`embedder_for` picks one from the typed settings.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -34,6 +34,8 @@ from stages.cohere_errors import make_client, translated
 if TYPE_CHECKING:
     import onnxruntime
     import tokenizers
+
+    from stages.settings import EmbedSettings
 
 log = logging.getLogger(__name__)
 
@@ -347,33 +349,26 @@ def _verify_packaged_model(path: str) -> None:
 # --------------------------------------------------------------------------- wiring
 
 
-def embedder_from_env(env: Mapping[str, str]) -> Embedder:
-    """Cohere when ``COHERE_API_KEY`` is set, else the local model.
-
-    ``RAGLINE_EMBEDDER=local|cohere`` forces the choice. Cohere knobs:
-    ``RAGLINE_EMBED_MODEL`` (default embed-v4.0), ``RAGLINE_EMBED_DIMENSIONS`` (1024),
-    ``RAGLINE_EMBED_TIMEOUT_S`` (60) and ``COHERE_BASE_URL``.
+def embedder_for(settings: EmbedSettings) -> Embedder:
+    """The embedder ``settings`` select (read from the environment by
+    :meth:`stages.settings.PipelineSettings.from_env`): Cohere when ``COHERE_API_KEY`` is
+    set, else the local model; ``RAGLINE_EMBEDDER=local|cohere`` forces the choice. Cohere
+    knobs: ``RAGLINE_EMBED_MODEL`` (default embed-v4.0), ``RAGLINE_EMBED_DIMENSIONS``
+    (1024), ``RAGLINE_EMBED_TIMEOUT_S`` (60) and ``COHERE_BASE_URL``.
     """
-    api_key = env.get("COHERE_API_KEY", "").strip()
-    choice = env.get("RAGLINE_EMBEDDER", "").strip().lower() or ("cohere" if api_key else "local")
-    if choice == "local":
+    if settings.kind == "local":
         return LocalEmbedder()
-    if choice != "cohere":
-        raise ConfigurationError(f"RAGLINE_EMBEDDER must be local or cohere, not {choice!r}")
-    if not api_key:
+    if settings.kind != "cohere":
+        raise ConfigurationError(f"RAGLINE_EMBEDDER must be local or cohere, not {settings.kind!r}")
+    if not settings.api_key:
         raise ConfigurationError("RAGLINE_EMBEDDER=cohere needs COHERE_API_KEY")
-    return CohereEmbedder(_cohere_config(env, api_key))
-
-
-def _cohere_config(env: Mapping[str, str], api_key: str) -> CohereEmbedderConfig:
-    defaults = CohereEmbedderConfig(api_key=api_key)
-    try:
-        return CohereEmbedderConfig(
-            api_key=api_key,
-            base_url=env.get("COHERE_BASE_URL") or None,
-            model=env.get("RAGLINE_EMBED_MODEL") or defaults.model,
-            dimensions=int(env.get("RAGLINE_EMBED_DIMENSIONS") or defaults.dimensions),
-            timeout_s=float(env.get("RAGLINE_EMBED_TIMEOUT_S") or defaults.timeout_s),
+    defaults = CohereEmbedderConfig(api_key=settings.api_key)
+    return CohereEmbedder(
+        CohereEmbedderConfig(
+            api_key=settings.api_key,
+            base_url=settings.base_url,
+            model=settings.model or defaults.model,
+            dimensions=settings.dimensions or defaults.dimensions,
+            timeout_s=settings.timeout_s or defaults.timeout_s,
         )
-    except ValueError as exc:
-        raise ConfigurationError(f"invalid embedder setting: {exc}") from exc
+    )

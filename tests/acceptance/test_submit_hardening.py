@@ -24,7 +24,8 @@ import pytest
 from runtime.cli import EXIT_FAILED, EXIT_OK
 from runtime.database import open_pool
 from runtime.documents import DocumentRepository
-from stages.assets import DirStore, Stored
+from stages.assets import Stored
+from stages.dir_store import DirStore
 from stages.submit import submit
 from tests.support.cli import Cli, write_truncated_pdf
 from tests.support.procs import REPO
@@ -80,7 +81,8 @@ async def test_recorded_hash_is_the_hash_of_the_stored_bytes(dsn: str, tmp_path:
 _KILLED_WRITER = """
 import sys, time, uuid, anyio
 from pathlib import Path
-from stages.assets import DirStore, original_key
+from stages.assets import original_key
+from stages.dir_store import DirStore
 
 async def chunks():
     yield b"%PDF-1.7 " + b"x" * 100_000
