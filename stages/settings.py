@@ -269,21 +269,24 @@ def _vision(read: EnvReader) -> VisionSettings:
 
 
 def _minio(read: EnvReader) -> MinioConfig | None:
+    # Every variable is read (and so checked) even when unused, as the start-up check does.
     endpoint = read.text("MINIO_ENDPOINT")
+    access_key, secret_key = read.text("MINIO_ACCESS_KEY"), read.text("MINIO_SECRET_KEY")
+    bucket, secure = read.text("MINIO_BUCKET") or "ragline", read.flag("MINIO_SECURE", False)
     if endpoint is None:
         return None
     return MinioConfig(
         endpoint=endpoint,
-        access_key=read.text("MINIO_ACCESS_KEY"),
-        secret_key=read.text("MINIO_SECRET_KEY"),
-        bucket=read.text("MINIO_BUCKET") or "ragline",
-        secure=read.flag("MINIO_SECURE", False),
+        access_key=access_key,
+        secret_key=secret_key,
+        bucket=bucket,
+        secure=secure,
     )
 
 
 def _qdrant(read: EnvReader) -> QdrantSettings | None:
-    url = read.text("QDRANT_URL")
-    return None if url is None else QdrantSettings(url=url, api_key=read.text("QDRANT_API_KEY"))
+    url, api_key = read.text("QDRANT_URL"), read.text("QDRANT_API_KEY")
+    return None if url is None else QdrantSettings(url=url, api_key=api_key)
 
 
 def _optional_number(read: EnvReader, name: str) -> float | None:
