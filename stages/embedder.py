@@ -1,6 +1,7 @@
 """The embedder service: text in, L2-normalised float vectors out.
 
-Two implementations of :class:`Embedder`:
+Two implementations of :class:`stages.embedder_protocol.Embedder` (the port, which
+imports neither):
 
 - :class:`CohereEmbedder` calls Cohere's ``/v2/embed`` (or any compatible endpoint at
   ``COHERE_BASE_URL``) with the SDK's own retries off, so the worker's retry policy rules.
@@ -20,7 +21,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -30,6 +31,7 @@ import numpy.typing as npt
 
 from runtime.errors import ConfigurationError, PermanentError, TransientError
 from stages.cohere_errors import make_client, translated
+from stages.embedder_protocol import Embedder, InputType
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -39,37 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-InputType = Literal["search_document", "search_query"]
 FloatArray = npt.NDArray[np.float32]
-
-
-class Embedder(Protocol):
-    """Turns texts into vectors of a fixed size."""
-
-    @property
-    def model(self) -> str:
-        """Id of the vector space, the embedding cache key: ``cohere/embed-v4.0@1024``."""
-        ...
-
-    @property
-    def dimensions(self) -> int: ...
-
-    @property
-    def max_batch(self) -> int:
-        """The most texts one provider call takes; callers batch at this size."""
-        ...
-
-    @property
-    def metered(self) -> bool:
-        """Whether calls count against a provider's quota, so ``RAGLINE_EMBED_RPM``
-        applies; a model running in this process is not metered."""
-        ...
-
-    async def embed(self, texts: Sequence[str], input_type: InputType) -> list[list[float]]:
-        """One L2-normalised vector per text, in the order given."""
-        ...
-
-    async def aclose(self) -> None: ...
 
 
 def decode_base64_vector(encoded: str) -> list[float]:

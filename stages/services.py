@@ -23,10 +23,10 @@ from stages.settings import PipelineSettings
 
 if TYPE_CHECKING:
     from stages.assets import AssetStore
-    from stages.embedder import Embedder
+    from stages.embedder_protocol import Embedder
     from stages.tokens import TokenCounter
     from stages.vector_index import VectorIndex
-    from stages.vision_model import VisionModel
+    from stages.vision_protocol import VisionModel
 
 
 def limiter_for(rpm: int) -> AsyncLimiter | None:

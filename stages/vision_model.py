@@ -1,6 +1,7 @@
 """The vision service: an image in, searchable text out.
 
-Three implementations of :class:`VisionModel`:
+Three implementations of :class:`stages.vision_protocol.VisionModel` (the port, which
+imports none of them):
 
 - :class:`CohereVision` asks a vision-capable Cohere chat model (``/v2/chat``) to
   transcribe and describe the image.
@@ -19,7 +20,7 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -29,30 +30,12 @@ from PIL import Image, UnidentifiedImageError
 
 from runtime.errors import ConfigurationError, PermanentError
 from stages.cohere_errors import make_client, translated
+from stages.vision_protocol import VisionModel
 
 if TYPE_CHECKING:
     from rapidocr import RapidOCR
 
     from stages.settings import VisionSettings
-
-
-class VisionModel(Protocol):
-    """Describes images as text for the index."""
-
-    @property
-    def name(self) -> str:
-        """Which model wrote a description, e.g. ``cohere/command-a-vision-07-2025``."""
-        ...
-
-    async def describe(self, image: bytes, media_type: str) -> str:
-        """Text for ``image`` ("" when there is nothing to say).
-
-        Raises :class:`runtime.errors.PermanentError` for bytes that are not a readable
-        image, :class:`runtime.errors.TransientError` when the service may recover.
-        """
-        ...
-
-    async def aclose(self) -> None: ...
 
 
 # --------------------------------------------------------------------------- images

@@ -21,10 +21,10 @@ from stages.cohere_errors import retry_after_s
 from stages.embedder import (
     CohereEmbedder,
     CohereEmbedderConfig,
-    Embedder,
     LocalEmbedder,
     embedder_for,
 )
+from stages.embedder_protocol import Embedder
 from stages.settings import PipelineSettings
 from tests.support.fake_cohere import FakeCohere, Fault, FaultRates, fake_vector
 

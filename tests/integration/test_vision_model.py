@@ -23,10 +23,10 @@ from stages.vision_model import (
     CohereVisionConfig,
     LocalOCR,
     NoVision,
-    VisionModel,
     reading_order,
     vision_for,
 )
+from stages.vision_protocol import VisionModel
 from tests.support.fake_cohere import FakeCohere, Fault
 
 pytestmark = pytest.mark.anyio
