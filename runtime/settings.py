@@ -321,9 +321,8 @@ class EnvReader:
 
     Every read goes through the variable's row, so a bad value fails the same way wherever
     it is read: :class:`ConfigurationError` with the row's one line, the one
-    :func:`validate_env` gives at start (the CLI exits 2). An unset variable (or an empty
-    one, where its row allows that) gives ``default``; reading a variable that has no row
-    is a bug (KeyError).
+    :func:`validate_env` gives at start (the CLI exits 2). An unset or empty variable gives
+    ``default``; reading a variable that has no row is a bug (KeyError).
     """
 
     def __init__(self, env: Mapping[str, str], table: Iterable[Setting]) -> None:
@@ -336,11 +335,13 @@ class EnvReader:
         if row is None:
             raise KeyError(f"{name} has no row in the settings table")
         raw = self._env.get(name)
-        if raw is None:
+        # Empty reads as unset, as the factories always did (callers override a variable
+        # away with ""); the start-up check refuses an empty value where the row does.
+        if raw is None or raw.strip() == "":
             return None
         if problem := row.problem(raw):
             raise ConfigurationError(problem)
-        return raw.strip() or None  # empty, where the row allows it: unset
+        return raw.strip()
 
     def text(self, name: str, default: str | None = None) -> str | None:
         return self.raw(name) or default
