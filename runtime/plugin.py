@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import click
 import msgspec
 
 from runtime.errors import ConfigurationError
@@ -34,8 +35,9 @@ class Plugin(msgspec.Struct, frozen=True, kw_only=True):
     stage_names: tuple[str, ...]
     build: Callable[[BuildContext], Pipeline]
     default_concurrency: Mapping[str, int] = msgspec.field(default_factory=dict)
-    #: Extra click commands (submit, ingest, search, ...).
-    commands: Sequence[Any] = ()
+    #: The pipeline's commands (submit, ingest, search, ...), registered by the CLI next to
+    #: the engine's. They get the :class:`runtime.cli_app.App` as their click object.
+    commands: Sequence[click.Command] = ()
     #: The pipeline's rows of the settings table (:class:`runtime.settings.Setting`),
     #: checked with the engine's before anything starts.
     settings: Sequence[Setting] = ()

@@ -5,8 +5,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from runtime.plugin import Plugin
-from stages import cli, store
+from runtime.api import Plugin
+from stages import store
+from stages.cli import delete, reprocess, search, verify_cmd
+from stages.cli_ingest import ingest
+from stages.cli_submit import submit
 from stages.pipeline import DEFAULT_CONCURRENCY, STAGES, build
 from stages.serve.cli import serve
 from stages.settings import PIPELINE_SETTINGS
@@ -32,7 +35,7 @@ plugin = Plugin(
     stage_names=STAGES,
     build=build,
     default_concurrency=DEFAULT_CONCURRENCY,
-    commands=[*cli.COMMANDS, serve],
+    commands=(submit, ingest, search, reprocess, delete, verify_cmd, serve),
     settings=PIPELINE_SETTINGS,
     status_notes=status_notes,
 )

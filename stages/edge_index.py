@@ -64,7 +64,7 @@ import anyio.to_thread
 import msgspec
 import qdrant_edge as qe
 
-from runtime.errors import (
+from runtime.api import (
     ConfigurationError,
     MissingInput,
     PermanentError,

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 import msgspec
 from aiolimiter import AsyncLimiter
 
-from runtime.errors import ConfigurationError
-from runtime.providers import ProviderSpec
+from runtime.api import ConfigurationError, ProviderSpec
 from stages.chunking import ChunkConfig
 from stages.pdf import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MIN_IMAGE_BYTES, DEFAULT_MIN_IMAGE_PX
 

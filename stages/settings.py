@@ -8,7 +8,7 @@ are built, which ``Services.prepare`` does at start.
 
 from __future__ import annotations
 
-from runtime.settings import MAX_SECONDS, Setting
+from runtime.api import MAX_SECONDS, Setting
 from stages.chunking import MIN_CHUNK_TOKENS
 
 _HTTP = ("http", "https")

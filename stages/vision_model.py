@@ -27,7 +27,7 @@ import msgspec
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from runtime.errors import ConfigurationError, PermanentError
+from runtime.api import ConfigurationError, PermanentError
 from stages.cohere_errors import make_client, translated
 
 if TYPE_CHECKING:
