@@ -160,7 +160,7 @@ def delete(app: App, documents: tuple[str, ...], as_json: bool) -> None:
             found = [d.id for d in await docs.get_many(ids)]
             for doc_id in found:
                 # Stop workers first (new generation), then remove what lives outside.
-                await docs.reprocess(doc_id, "parse", max_attempts=1)
+                await docs.reprocess(doc_id, STAGES[0], max_attempts=1)
                 await docs.delete([doc_id])
                 await delete_everywhere(services, doc_id)  # every model's collection
                 await services.assets.delete_prefix(document_prefix(doc_id))
