@@ -11,12 +11,12 @@ import importlib
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import click
 import msgspec
 
 from runtime.errors import ConfigurationError
+from runtime.repository import Pool
 from runtime.settings import Setting
 from runtime.stage import Pipeline
 
@@ -43,7 +43,7 @@ class Plugin(msgspec.Struct, frozen=True, kw_only=True):
     settings: Sequence[Setting] = ()
     #: Extra lines for ``status``: ``(pool, None)`` for the overview, ``(pool, document
     #: id)`` for one document's timeline (facts only the pipeline knows).
-    status_notes: Callable[[Any, uuid.UUID | None], Awaitable[list[str]]] | None = None
+    status_notes: Callable[[Pool, uuid.UUID | None], Awaitable[list[str]]] | None = None
 
 
 def load_plugin(spec: str) -> Plugin:

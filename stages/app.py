@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
-from runtime.api import Plugin
+from runtime.api import Plugin, Pool
 from stages import store
 from stages.cli import delete, reprocess, search, verify_cmd
 from stages.cli_ingest import ingest
@@ -15,7 +14,7 @@ from stages.serve.cli import serve
 from stages.settings import PIPELINE_SETTINGS
 
 
-async def status_notes(pool: Any, document_id: uuid.UUID | None) -> list[str]:
+async def status_notes(pool: Pool, document_id: uuid.UUID | None) -> list[str]:
     """``status``'s lines on chunk sizes: chunks longer than the embedder's window (their
     tail is never embedded; expected 0) overall, or a document's chunk sizes."""
     if document_id is None:
