@@ -28,7 +28,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from runtime.errors import MissingInput, one_line
+from runtime.api import MissingInput, one_line
 
 __all__ = [
     "AssetStore",

@@ -18,7 +18,7 @@ import anyio
 import anyio.to_thread
 import qdrant_edge as qe
 
-from runtime.errors import MissingInput, PermanentError, TransientError, one_line
+from runtime.api import MissingInput, PermanentError, TransientError, one_line
 from stages.edge_session import EdgeIndexConfig, Session, Sessions, ensure_shard
 from stages.vector_index import (
     DOCUMENT_FIELD,

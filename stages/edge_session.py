@@ -58,7 +58,7 @@ from typing import TypeVar
 import msgspec
 import qdrant_edge as qe
 
-from runtime.errors import ConfigurationError, PermanentError
+from runtime.api import ConfigurationError, PermanentError
 from stages.vector_index import DEFAULT_BATCH, DOCUMENT_FIELD, missing_collection
 
 __all__ = ["EdgeIndexConfig", "Session", "Sessions", "ensure_shard", "is_wanted", "lock_collection"]

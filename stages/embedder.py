@@ -29,7 +29,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from runtime.errors import ConfigurationError, PermanentError, TransientError
+from runtime.api import ConfigurationError, PermanentError, TransientError
 from stages.cohere_errors import make_client, translated
 from stages.embedder_protocol import Embedder, InputType
 

@@ -22,7 +22,7 @@ from minio import Minio
 from minio.deleteobjects import DeleteObject
 from minio.error import InvalidResponseError, MinioException, S3Error, ServerError
 
-from runtime.errors import (
+from runtime.api import (
     PermanentError,
     RateLimited,
     StorageFull,

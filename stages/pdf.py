@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 import pymupdf
 
-from runtime.errors import InvalidDocument, MissingInput, one_line
+from runtime.api import InvalidDocument, MissingInput, one_line
 from stages.settings import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MIN_IMAGE_BYTES, DEFAULT_MIN_IMAGE_PX
 
 __all__ = [

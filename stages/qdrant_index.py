@@ -20,7 +20,7 @@ from qdrant_client import models as qm
 from qdrant_client.common.client_exceptions import QdrantException, ResourceExhaustedResponse
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from runtime.errors import (
+from runtime.api import (
     ConfigurationError,
     MissingInput,
     PermanentError,

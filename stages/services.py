@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from aiolimiter import AsyncLimiter
 
-from runtime.providers import ProviderSpec
+from runtime.api import ProviderSpec
 from stages.settings import PipelineSettings
 
 if TYPE_CHECKING:

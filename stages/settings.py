@@ -16,8 +16,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from runtime.errors import ConfigurationError
-from runtime.settings import MAX_SECONDS, EnvReader, Setting
+from runtime.api import MAX_SECONDS, ConfigurationError, EnvReader, Setting
 from stages.chunking import MIN_CHUNK_TOKENS, ChunkConfig
 
 # The image defaults live here, not in stages.pdf, so that reading settings (the server

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 import numpy as np
 import numpy.typing as npt
 
-from runtime.errors import ConfigurationError
+from runtime.api import ConfigurationError
 from stages.wordpiece import AsciiWordPiece
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from runtime.errors import MissingInput
+from runtime.api import MissingInput
 
 __all__ = [
     "Hit",

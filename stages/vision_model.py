@@ -28,7 +28,7 @@ import msgspec
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from runtime.errors import ConfigurationError, PermanentError
+from runtime.api import ConfigurationError, PermanentError
 from stages.cohere_errors import make_client, translated
 from stages.vision_protocol import VisionModel
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from runtime.cli import App, env_option, guarded
+from runtime.api import App, env_option, guarded
 from stages.serve.config import (
     DEFAULT_HOST,
     DEFAULT_MAX_UPLOAD_MB,

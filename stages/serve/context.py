@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 import msgspec
 
-from runtime.events import EventHub
+from runtime.api import EventHub
 from stages.serve.config import ServeConfig
 from stages.serve.problems import problem
 

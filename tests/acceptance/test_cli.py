@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 import schema
-from runtime.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from runtime.cli_app import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from tests.support.cli import (
     Cli,
     Result,
@@ -518,7 +518,6 @@ def own_logging() -> Iterator[None]:
 def test_command_help(command: tuple[str, ...]) -> None:
     # In-process (the same click objects ``python -m runtime`` runs): a subprocess per
     # command would cost ~3 s of imports each.
-    from runtime import commands  # noqa: F401  (registers status, failures, retry)
     from runtime.cli import main
 
     result = CliRunner().invoke(

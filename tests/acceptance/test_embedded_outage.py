@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from runtime.cli import EXIT_FAILED, EXIT_OK
+from runtime.cli_app import EXIT_FAILED, EXIT_OK
 from runtime.embedded import EmbeddedPostgres
 from tests.support.cli import Cli, sql
 from tests.support.embedded_helpers import embedded_base, postmaster_pid

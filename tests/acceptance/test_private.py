@@ -7,7 +7,7 @@ import socket
 import stat
 from pathlib import Path
 
-from runtime.cli import EXIT_OK
+from runtime.cli_app import EXIT_OK
 from tests.support.cli import Cli
 from tests.support.procs import wait_for
 

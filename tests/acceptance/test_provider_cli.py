@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from runtime.cli import EXIT_OK, EXIT_USAGE
+from runtime.cli_app import EXIT_OK, EXIT_USAGE
 from tests.support.cli import Cli, sql
 from tests.support.fleet import submit_jobs
 

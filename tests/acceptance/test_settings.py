@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runtime import commands  # noqa: F401  (registers status, as python -m runtime does)
-from runtime.cli import EXIT_USAGE, main
+from runtime.cli import main
+from runtime.cli_app import EXIT_USAGE
 from runtime.settings import ENGINE_SETTINGS, Setting
 from stages.settings import PIPELINE_SETTINGS
 from tests.support.cli import Cli, sql

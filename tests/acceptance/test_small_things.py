@@ -10,7 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from runtime.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from runtime.cli_app import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from tests.support.cli import Cli, sql
 from tests.support.db import Databases
 from tests.support.procs import wait_for

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cli import EXIT_OK
+from runtime.cli_app import EXIT_OK
 from tests.support.cli import Cli, sql
 from tests.support.db import Databases
 from tests.support.procs import wait_for

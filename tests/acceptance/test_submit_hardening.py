@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from runtime.cli import EXIT_FAILED, EXIT_OK
+from runtime.cli_app import EXIT_FAILED, EXIT_OK
 from runtime.database import open_pool
 from runtime.documents import DocumentRepository
 from stages.assets import Stored

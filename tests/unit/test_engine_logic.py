@@ -8,7 +8,7 @@ import pytest
 
 import schema
 from runtime.backoff import Reconnect, retry_delay_s
-from runtime.cli import parse_concurrency, parse_stages
+from runtime.cli_options import parse_concurrency, parse_stages
 from runtime.errors import (
     ConfigurationError,
     InvalidDocument,
