@@ -1,7 +1,7 @@
 """Chaos soak: the acceptance chaos scenario, longer, with PostgreSQL restarts; prints figures.
 
 ``python -m bench.chaos [--pdfs 150] [--chaos-s 90] [--pg-restarts 2]`` runs the harness
-of :mod:`tests.support.chaos` against a private embedded PostgreSQL that it starts (and
+of :mod:`bench.harness.chaos` against a private embedded PostgreSQL that it starts (and
 restarts, ``--pg-restarts`` times, during the chaos) in a temporary directory. With
 ``--database-url URL`` it uses that server instead (a throwaway database is created and
 dropped) and restarts nothing unless ``--restart-command CMD`` is given explicitly, e.g.
@@ -30,9 +30,7 @@ import anyio
 import asyncpg
 import msgspec
 
-from runtime.embedded import EmbeddedPostgres
-from runtime.migrate import migrate
-from tests.support.chaos import (
+from bench.harness.chaos import (
     Chaos,
     ChaosConfig,
     CountingCohere,
@@ -41,8 +39,9 @@ from tests.support.chaos import (
     inspect,
     small_pdfs,
 )
-from tests.support.corpus import BROKEN_KINDS, CORPUS_DIR
-from tests.support.db import with_database
+from bench.harness.corpus import BROKEN_KINDS, CORPUS_DIR
+from bench.harness.db import execute, migrate_database, with_database
+from runtime.embedded import EmbeddedPostgres
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -66,22 +65,6 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     p.add_argument("--quiet", action="store_true", help="do not print each injected fault")
     return p.parse_args(argv)
-
-
-async def _admin(dsn: str, statement: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
-async def _migrate(dsn: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        await migrate(conn)
-    finally:
-        await conn.close()
 
 
 def _kill_postmaster(pg: EmbeddedPostgres, data_dir: Path) -> Callable[[], float]:
@@ -116,7 +99,7 @@ def _embedded_fleet(tmp: Path) -> Iterator[tuple[str, Callable[[], None], Callab
         pg.acquire()
 
     try:
-        anyio.run(_migrate, dsn)
+        migrate_database(dsn)
         yield dsn, restart, _kill_postmaster(pg, data_dir)
     finally:
         pg.stop()
@@ -151,14 +134,14 @@ def _run_shell(command: str) -> None:
 @contextlib.contextmanager
 def _database(server: str) -> Iterator[str]:
     name = f"ragline_chaos_{secrets.token_hex(3)}"
-    anyio.run(_admin, server, f"CREATE DATABASE {name}")
+    execute(server, f"CREATE DATABASE {name}")
     dsn = with_database(server, name)
     try:
-        anyio.run(_migrate, dsn)
+        migrate_database(dsn)
         yield dsn
     finally:
         with contextlib.suppress(OSError, asyncpg.PostgresError):
-            anyio.run(_admin, server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            execute(server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def _config(args: argparse.Namespace, restarts: int) -> ChaosConfig:

@@ -1,7 +1,7 @@
 """Embed-stage benchmark against a local Cohere-compatible server, in one run.
 
 ``python -m bench.embed [--docs N] [--rpm R] [--quick]`` starts
-``tests.support.fake_cohere`` in its own process (so its JSON work does not share the
+``bench.harness.fake_cohere`` in its own process (so its JSON work does not share the
 worker's GIL), creates a throwaway database (``ragline_bench_<random>``) on
 ``DATABASE_URL`` (default: the local server), parses and chunks N corpus documents with
 the real stages, then prints:
@@ -100,10 +100,10 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class FakeServer:
-    """``python -m tests.support.fake_cohere`` as a child process; counters over HTTP."""
+    """``python -m bench.harness.fake_cohere`` as a child process; counters over HTTP."""
 
     def __init__(self, dims: int) -> None:
-        cmd = [sys.executable, "-m", "tests.support.fake_cohere", "--port", "0"]
+        cmd = [sys.executable, "-m", "bench.harness.fake_cohere", "--port", "0"]
         self.proc = subprocess.Popen(
             [*cmd, "--dims", str(dims)],
             stdout=subprocess.PIPE,

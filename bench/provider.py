@@ -5,7 +5,7 @@ throwaway database on ``DATABASE_URL`` (default: the local server) and prints:
 
 1. **fleet**: calls/min of 1, 3 and 6 worker processes (``python -m runtime --stages
    embed``, 4 slots each, one call per job through the engine's provider gate) sharing
-   ``RAGLINE_EMBED_RPM`` against ``tests.support.fake_cohere`` in its own process, which
+   ``RAGLINE_EMBED_RPM`` against ``bench.harness.fake_cohere`` in its own process, which
    answers 429 above that rate. Floors: at 3 and 6 processes the fleet calls at <= 110%
    of the budget and <= 2% of calls are answered 429.
 2. **overhead**: what the shared budget costs per call (one reservation round trip; callers
@@ -40,6 +40,8 @@ import asyncpg
 import httpx
 import msgspec
 
+from bench.harness.fleet import run_fleet, start_fleet, submit_jobs
+from bench.harness.pipelines import STAGES, ScriptedStage
 from bench.queue import (
     THROUGHPUT_POLL_S,
     Pool,
@@ -56,8 +58,6 @@ from bench.queue import (
 from runtime.providers import DEFAULT_PROBE_S, SESSION_SETTINGS, Providers, ProviderSpec
 from runtime.stage import JobContext, Pipeline
 from runtime.worker import Worker, WorkerConfig
-from tests.support.fleet import run_fleet, start_fleet, submit_jobs
-from tests.support.pipelines import STAGES, ScriptedStage
 
 PARTS = ("fleet", "overhead", "hops", "outage")
 NAME = "cohere/embed-v4.0"
@@ -80,10 +80,10 @@ class Options(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class FakeServer:
-    """``python -m tests.support.fake_cohere`` in its own process."""
+    """``python -m bench.harness.fake_cohere`` in its own process."""
 
     def __init__(self, *extra: str) -> None:
-        cmd = [sys.executable, "-m", "tests.support.fake_cohere", "--port", "0", "--dims", "8"]
+        cmd = [sys.executable, "-m", "bench.harness.fake_cohere", "--port", "0", "--dims", "8"]
         self.proc = subprocess.Popen(
             [*cmd, *extra], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
         )

@@ -36,6 +36,8 @@ import asyncpg
 import httpx
 import msgspec
 
+from bench.harness.cli import Cli
+from bench.harness.serve import running_server
 from bench.queue import hops_per_s, run_ragline
 from bench.serve_support import (
     PARTS,
@@ -50,8 +52,6 @@ from bench.serve_support import (
     verdict,
 )
 from runtime.events import EventHub
-from tests.support.cli import Cli
-from tests.support.serve import running_server
 
 UPLOAD_FLOOR = 0.8
 SSE_P50_MS, SSE_P99_MS = 10.0, 50.0

@@ -13,10 +13,10 @@ import asyncpg
 import httpx
 import msgspec
 
+from bench.harness.cli import Cli
+from bench.harness.db import with_database
+from bench.harness.serve import Server, running_server
 from runtime.migrate import migrate
-from tests.support.cli import Cli
-from tests.support.db import with_database
-from tests.support.serve import Server, running_server
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "corpus" / "cache" / "pdfs"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import sql
-from tests.support.fleet import submit_jobs
-from tests.support.procs import WorkerProcess, wait_for, workers
+from bench.harness.db import sql
+from bench.harness.fleet import submit_jobs
+from bench.harness.procs import WorkerProcess, wait_for, workers
 
 Start = Callable[..., WorkerProcess]
 

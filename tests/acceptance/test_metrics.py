@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fleet import submit_jobs
-from tests.support.procs import WorkerProcess, wait_for, workers
+from bench.harness.fleet import submit_jobs
+from bench.harness.procs import WorkerProcess, wait_for, workers
 
 
 def free_port() -> int:

@@ -7,9 +7,9 @@ import socket
 import stat
 from pathlib import Path
 
+from bench.harness.cli import Cli
+from bench.harness.procs import wait_for
 from runtime.cli import EXIT_OK
-from tests.support.cli import Cli
-from tests.support.procs import wait_for
 
 
 def listening_on(port: int) -> list[str]:

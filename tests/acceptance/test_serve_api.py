@@ -15,9 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.cli import Cli, sql, write_truncated_pdf
-from tests.support.db import Databases
-from tests.support.serve import Server, running_server
+from bench.harness.cli import Cli
+from bench.harness.db import Databases, sql
+from bench.harness.serve import Server, running_server
+from tests.support.pdfs import write_truncated_pdf
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "samples"

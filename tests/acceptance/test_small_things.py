@@ -10,10 +10,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from bench.harness.cli import Cli
+from bench.harness.db import Databases, sql
+from bench.harness.procs import wait_for
 from runtime.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from tests.support.cli import Cli, sql
-from tests.support.db import Databases
-from tests.support.procs import wait_for
 from tests.support.tcp_proxy import TcpProxy
 
 

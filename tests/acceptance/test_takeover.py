@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness.fleet import submit_jobs
+from bench.harness.procs import wait_for, workers
 from runtime.identity import dead_here, new_worker_id
 from tests.acceptance.test_crashes import Start, effects, job_state
-from tests.support.fleet import submit_jobs
-from tests.support.procs import wait_for, workers
 
 LONG_LEASE = ("--lease", "600", "--rescue-every", "0.3", "--poll", "0.2")
 

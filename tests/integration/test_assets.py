@@ -21,9 +21,7 @@ from stages.assets import (
     original_key,
     validate_key,
 )
-from tests.support.s3 import S3Server, closed_port, s3_server
-
-__all__ = ["s3_server"]
+from tests.support.s3 import S3Server, closed_port
 
 pytestmark = pytest.mark.anyio
 

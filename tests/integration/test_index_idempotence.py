@@ -13,6 +13,7 @@ import anyio
 import anyio.to_thread
 import pytest
 
+from bench.harness.procs import WorkerProcess, workers
 from runtime.errors import LeaseLost
 from runtime.models import DocumentStatus, JobState
 from runtime.worker import Context
@@ -22,19 +23,13 @@ from stages.vector_index import point_id
 from tests.support.pipeline_env import (
     PipelineEnv,
     TimedCohere,
-    anyio_backend,
     cohere_env,
     copy_sample,
-    fake_cohere,
     long_pdf,
     pipeline_env,
     sample,
 )
-from tests.support.procs import WorkerProcess, workers
 from tests.support.waits import wait_until
-
-# Fixtures, used by name.
-__all__ = ["anyio_backend", "fake_cohere"]
 
 pytestmark = pytest.mark.anyio
 

@@ -16,6 +16,7 @@ import pytest
 from cohere.core.api_error import ApiError
 from PIL import Image
 
+from bench.harness.fake_cohere import FakeCohere, Fault
 from runtime.errors import ConfigurationError, PermanentError, RateLimited, TransientError
 from stages.vision_model import (
     CohereVision,
@@ -25,7 +26,6 @@ from stages.vision_model import (
     reading_order,
     vision_from_env,
 )
-from tests.support.fake_cohere import FakeCohere, Fault
 
 pytestmark = pytest.mark.anyio
 

@@ -23,7 +23,7 @@ answer 429 like the real API. In tests::
 
 Standalone, for chaos runs with several worker processes::
 
-    python -m tests.support.fake_cohere --port 0 --error-rate 0.2 --rate-429 0.1
+    python -m bench.harness.fake_cohere --port 0 --error-rate 0.2 --rate-429 0.1
 """
 
 from __future__ import annotations
@@ -490,7 +490,7 @@ def _image_from_chat(body: Any) -> tuple[bytes, str]:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m tests.support.fake_cohere", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m bench.harness.fake_cohere", description=__doc__)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 picks a free port")
     p.add_argument("--dims", type=int, default=1024)

@@ -1,4 +1,5 @@
-"""Throwaway databases for tests: one migrated template per run, one clone per test.
+"""Throwaway databases for tests and benchmarks: one migrated template per run, one clone
+per test; and one-query reads from synchronous code.
 
 ``DATABASE_URL`` when set (any server we may create databases on); otherwise the
 project's own embedded PostgreSQL under a temporary data dir.
@@ -6,19 +7,20 @@ project's own embedded PostgreSQL under a temporary data dir.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import anyio
 import asyncpg
 
+from bench.harness.pipelines import EFFECTS_DDL
 from runtime.migrate import migrate
-from tests.support.pipelines import EFFECTS_DDL
 
 
 def with_database(dsn: str, name: str) -> str:
@@ -43,7 +45,7 @@ def server_dsn() -> Iterator[str]:
             yield dsn
 
 
-async def _admin(dsn: str, *statements: str) -> None:
+async def _execute(dsn: str, *statements: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
         for statement in statements:
@@ -52,13 +54,24 @@ async def _admin(dsn: str, *statements: str) -> None:
         await conn.close()
 
 
-async def _build_template(dsn: str) -> None:
+def execute(dsn: str, *statements: str) -> None:
+    """Run ``statements`` in order on one fresh connection, from synchronous code."""
+    anyio.run(_execute, dsn, *statements)
+
+
+async def _migrate(dsn: str, *then: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
         await migrate(conn)
-        await conn.execute(EFFECTS_DDL)
+        for statement in then:
+            await conn.execute(statement)
     finally:
         await conn.close()
+
+
+def migrate_database(dsn: str, *then: str) -> None:
+    """Apply ragline's migrations to ``dsn``, then run ``then``."""
+    anyio.run(_migrate, dsn, *then)
 
 
 class Databases:
@@ -71,23 +84,45 @@ class Databases:
         self.count = 0
 
     def create_template(self) -> None:
-        asyncio.run(_admin(self.server, f"CREATE DATABASE {self.template}"))
-        asyncio.run(_build_template(with_database(self.server, self.template)))
+        execute(self.server, f"CREATE DATABASE {self.template}")
+        migrate_database(with_database(self.server, self.template), EFFECTS_DDL)
 
     def clone(self) -> str:
         self.count += 1
         name = f"{self.prefix}_{self.count}"
-        asyncio.run(_admin(self.server, f"CREATE DATABASE {name} TEMPLATE {self.template}"))
+        execute(self.server, f"CREATE DATABASE {name} TEMPLATE {self.template}")
         return name
 
     def empty(self) -> str:
         self.count += 1
         name = f"{self.prefix}_{self.count}"
-        asyncio.run(_admin(self.server, f"CREATE DATABASE {name}"))
+        execute(self.server, f"CREATE DATABASE {name}")
         return name
 
     def drop(self, name: str) -> None:
-        asyncio.run(_admin(self.server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        execute(self.server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
     def dsn(self, name: str) -> str:
         return with_database(self.server, name)
+
+
+async def _fetch(dsn: str, query: str, *args: Any) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        return await conn.fetch(query, *args)
+    finally:
+        await conn.close()
+
+
+def sql(dsn: str, query: str, *args: Any) -> list[asyncpg.Record]:
+    """One query on a fresh connection, from synchronous code (tests read what a
+    subprocess wrote; the chaos driver is synchronous)."""
+    return anyio.run(_fetch, dsn, query, *args)
+
+
+def try_sql(dsn: str, query: str, *args: Any) -> list[asyncpg.Record] | None:
+    """:func:`sql`, or None while the database is unreachable (it may be restarting)."""
+    try:
+        return sql(dsn, query, *args)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
+        return None

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-TEST_PIPELINE = "tests.support.pipelines:plugin"
+TEST_PIPELINE = "bench.harness.pipelines:plugin"
 
 
 class WorkerProcess:
