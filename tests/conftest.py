@@ -1,5 +1,5 @@
 """Shared fixtures: a database server, a migrated template, a fresh database per test; the
-async backend; a scratch directory for embedded clusters."""
+async backend; worker processes; a scratch directory for embedded clusters."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from bench.harness.db import Databases, server_dsn
+from bench.harness.procs import StartWorker, workers
 from tests.support.embedded_helpers import scratch_base
 
 UVLOOP = ("asyncio", {"use_uvloop": True})
@@ -64,3 +65,10 @@ def embedded_base() -> Iterator[Path]:
     """A scratch directory that the server's user can enter, removed with its clusters."""
     with scratch_base() as base:
         yield base
+
+
+@pytest.fixture
+def start_worker(tmp_path: Path) -> Iterator[StartWorker]:
+    """Starts worker processes (``start_worker(dsn, *args, **env)``); all stopped at teardown."""
+    with workers(tmp_path) as start:
+        yield start

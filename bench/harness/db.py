@@ -45,9 +45,11 @@ def server_dsn() -> Iterator[str]:
             yield dsn
 
 
-async def _execute(dsn: str, *statements: str) -> None:
+async def _run(dsn: str, migrate_first: bool, *statements: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
+        if migrate_first:
+            await migrate(conn)
         for statement in statements:
             await conn.execute(statement)
     finally:
@@ -56,22 +58,12 @@ async def _execute(dsn: str, *statements: str) -> None:
 
 def execute(dsn: str, *statements: str) -> None:
     """Run ``statements`` in order on one fresh connection, from synchronous code."""
-    anyio.run(_execute, dsn, *statements)
-
-
-async def _migrate(dsn: str, *then: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        await migrate(conn)
-        for statement in then:
-            await conn.execute(statement)
-    finally:
-        await conn.close()
+    anyio.run(_run, dsn, False, *statements)
 
 
 def migrate_database(dsn: str, *then: str) -> None:
     """Apply ragline's migrations to ``dsn``, then run ``then``."""
-    anyio.run(_migrate, dsn, *then)
+    anyio.run(_run, dsn, True, *then)
 
 
 class Databases:
