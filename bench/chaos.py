@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -27,7 +26,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
-import asyncpg
 import msgspec
 
 from bench.harness.chaos import (
@@ -40,7 +38,7 @@ from bench.harness.chaos import (
     small_pdfs,
 )
 from bench.harness.corpus import BROKEN_KINDS, CORPUS_DIR
-from bench.harness.db import execute, migrate_database, with_database
+from bench.harness.db import migrate_database, throwaway_database
 from runtime.embedded import EmbeddedPostgres
 
 
@@ -131,19 +129,6 @@ def _run_shell(command: str) -> None:
     subprocess.run(command, shell=True, check=True)
 
 
-@contextlib.contextmanager
-def _database(server: str) -> Iterator[str]:
-    name = f"ragline_chaos_{secrets.token_hex(3)}"
-    execute(server, f"CREATE DATABASE {name}")
-    dsn = with_database(server, name)
-    try:
-        migrate_database(dsn)
-        yield dsn
-    finally:
-        with contextlib.suppress(OSError, asyncpg.PostgresError):
-            execute(server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-
-
 def _config(args: argparse.Namespace, restarts: int) -> ChaosConfig:
     low, high = (float(x) for x in args.kill_every_s.split(","))
     return ChaosConfig(
@@ -177,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
                 config = _config(args, args.pg_restarts)
                 config = msgspec.structs.replace(config, pg_kills=args.kill_postmaster)
                 return _soak(config, dsn, tmp, restart, quiet=args.quiet, kill=kill)
-        with _server(args, tmp) as (server, restart), _database(server) as dsn:
+        with (
+            _server(args, tmp) as (server, restart),
+            throwaway_database(server, "ragline_chaos") as dsn,
+        ):
             config = _config(args, args.pg_restarts if restart else 0)
             return _soak(config, dsn, tmp, restart, quiet=args.quiet)
     finally:

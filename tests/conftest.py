@@ -53,11 +53,8 @@ def databases() -> Iterator[Databases]:
 @pytest.fixture
 def dsn(databases: Databases) -> Iterator[str]:
     """A fresh, migrated database for this test (cloned from the template)."""
-    name = databases.clone()
-    try:
-        yield databases.dsn(name)
-    finally:
-        databases.drop(name)
+    with databases.fresh() as dsn:
+        yield dsn
 
 
 @pytest.fixture

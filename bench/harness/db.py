@@ -7,6 +7,7 @@ project's own embedded PostgreSQL under a temporary data dir.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import tempfile
@@ -66,6 +67,20 @@ def migrate_database(dsn: str, *then: str) -> None:
     anyio.run(_run, dsn, True, *then)
 
 
+@contextmanager
+def throwaway_database(server: str, prefix: str) -> Iterator[str]:
+    """A migrated database on ``server`` for the block, dropped (FORCE) after it."""
+    name = f"{prefix}_{secrets.token_hex(3)}"
+    execute(server, f"CREATE DATABASE {name}")
+    try:
+        dsn = with_database(server, name)
+        migrate_database(dsn)
+        yield dsn
+    finally:
+        with contextlib.suppress(OSError, asyncpg.PostgresError):
+            execute(server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 class Databases:
     """Creates and drops the databases of one test run."""
 
@@ -90,6 +105,16 @@ class Databases:
         name = f"{self.prefix}_{self.count}"
         execute(self.server, f"CREATE DATABASE {name}")
         return name
+
+    @contextmanager
+    def fresh(self, *, migrated: bool = True) -> Iterator[str]:
+        """The DSN of a database for the block: migrated (a clone of the template) or
+        empty; dropped after it."""
+        name = self.clone() if migrated else self.empty()
+        try:
+            yield self.dsn(name)
+        finally:
+            self.drop(name)
 
     def drop(self, name: str) -> None:
         execute(self.server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -27,12 +27,9 @@ PROBLEM = "application/problem+json"
 
 @pytest.fixture(scope="module")
 def cli(databases: Databases, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
-    name = databases.clone()
     tmp = tmp_path_factory.mktemp("serve")
-    try:
-        yield Cli(databases.dsn(name), tmp / "data", tmp / "logs")
-    finally:
-        databases.drop(name)
+    with databases.fresh() as dsn:
+        yield Cli(dsn, tmp / "data", tmp / "logs")
 
 
 @pytest.fixture(scope="module")

@@ -49,11 +49,8 @@ async def snapshot(dsn: str) -> dict[str, list[tuple[Any, ...]]]:
 
 @pytest.fixture
 def empty_dsn(databases: Databases) -> Iterator[str]:
-    name = databases.empty()
-    try:
-        yield databases.dsn(name)
-    finally:
-        databases.drop(name)
+    with databases.fresh(migrated=False) as dsn:
+        yield dsn
 
 
 def test_migrations_produce_schema_sql(dsn: str, empty_dsn: str) -> None:
