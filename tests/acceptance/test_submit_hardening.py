@@ -21,14 +21,15 @@ from typing import Any
 
 import pytest
 
+from bench.harness.cli import Cli
+from bench.harness.procs import REPO
 from runtime.cli_app import EXIT_FAILED, EXIT_OK
 from runtime.database import open_pool
 from runtime.documents import DocumentRepository
 from stages.assets import Stored
 from stages.dir_store import DirStore
 from stages.submit import submit
-from tests.support.cli import Cli, write_truncated_pdf
-from tests.support.procs import REPO
+from tests.support.pdfs import write_truncated_pdf
 
 pytestmark = pytest.mark.anyio
 SAMPLE = REPO / "samples" / "sourdough.pdf"

@@ -15,9 +15,7 @@ from stages.dir_store import DirStore
 from stages.minio_store import MinioConfig, MinioStore
 from stages.services import asset_store
 from stages.settings import PipelineSettings
-from tests.support.s3 import S3Server, closed_port, s3_server
-
-__all__ = ["s3_server"]
+from tests.support.s3 import S3Server, closed_port
 
 pytestmark = pytest.mark.anyio
 

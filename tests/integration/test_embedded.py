@@ -25,33 +25,17 @@ from tests.support.embedded_helpers import (
     LockedPgserver,
     UnprivilegedPython,
     discard_cluster,
-    embedded_base,
-    embedded_template,
     executable_of,
     fetchval,
-    initialized_data_dir,
-    locked_pgserver,
     outside_location,
     pginstall_leftovers,
     postmaster_pid,
     process_uid,
     python_for_postgres_user,
     run_python_as_postgres,
-    spawn_child,
-    throwaway_user_name,
     user_exists,
     wait_for_exit,
 )
-
-# Fixtures, used by name.
-__all__ = [
-    "embedded_base",
-    "embedded_template",
-    "initialized_data_dir",
-    "locked_pgserver",
-    "spawn_child",
-    "throwaway_user_name",
-]
 
 SpawnChild = Callable[..., Child]
 

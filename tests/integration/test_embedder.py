@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from cohere.core.api_error import ApiError
 
+from bench.harness.fake_cohere import FakeCohere, Fault, FaultRates, fake_vector
 from runtime.errors import ConfigurationError, PermanentError, RateLimited, TransientError
 from stages.cohere_errors import retry_after_s
 from stages.embedder import (
@@ -26,7 +27,6 @@ from stages.embedder import (
 )
 from stages.embedder_protocol import Embedder
 from stages.settings import PipelineSettings
-from tests.support.fake_cohere import FakeCohere, Fault, FaultRates, fake_vector
 
 DIMS = 32
 
@@ -390,7 +390,7 @@ async def test_fake_random_faults_are_reproducible_from_the_seed() -> None:
 
 
 def test_fake_runs_standalone_with_stats_and_fault_control() -> None:
-    cmd = [sys.executable, "-m", "tests.support.fake_cohere", "--dims", "8", "--error-rate", "1"]
+    cmd = [sys.executable, "-m", "bench.harness.fake_cohere", "--dims", "8", "--error-rate", "1"]
     root = Path(__file__).resolve().parents[2]
     with subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, text=True) as proc:
         try:

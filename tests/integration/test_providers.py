@@ -15,6 +15,7 @@ import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
+from bench.harness.pipelines import STAGES, ScriptedStage
 from runtime.documents import DocumentRepository
 from runtime.errors import PermanentError, ProviderUnavailable, RateLimited, TransientError
 from runtime.models import DocumentStatus, JobState, NewDocument
@@ -23,7 +24,6 @@ from runtime.repository import JobRepository
 from runtime.stage import JobContext, Pipeline
 from runtime.worker import Worker, WorkerConfig
 from tests.support.notify import listening
-from tests.support.pipelines import STAGES, ScriptedStage
 
 pytestmark = pytest.mark.anyio
 

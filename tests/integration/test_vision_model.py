@@ -16,6 +16,7 @@ import pytest
 from cohere.core.api_error import ApiError
 from PIL import Image
 
+from bench.harness.fake_cohere import FakeCohere, Fault
 from runtime.errors import ConfigurationError, PermanentError, RateLimited, TransientError
 from stages.settings import PipelineSettings
 from stages.vision_model import (
@@ -27,7 +28,6 @@ from stages.vision_model import (
     vision_for,
 )
 from stages.vision_protocol import VisionModel
-from tests.support.fake_cohere import FakeCohere, Fault
 
 pytestmark = pytest.mark.anyio
 

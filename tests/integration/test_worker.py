@@ -10,19 +10,18 @@ import anyio
 import asyncpg
 import pytest
 
+from bench.harness.pipelines import STAGES, ScriptedStage
 from runtime.documents import DocumentRepository
 from runtime.errors import LeaseLost
 from runtime.models import DocumentStatus, JobState, NewDocument
 from runtime.repository import JobRepository
 from runtime.stage import DbConn, JobContext, Pipeline
 from runtime.worker import Context, Worker, WorkerConfig
-from tests.support.backends import anyio_backend
 from tests.support.notify import listening
-from tests.support.pipelines import STAGES, ScriptedStage
 from tests.support.waits import wait_until
 
-pytestmark = pytest.mark.anyio
-__all__ = ["anyio_backend"]  # uvloop and asyncio for the engine
+#: The engine runs on uvloop and on plain asyncio alike.
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import random
 import pytest
 
 import schema
+from bench.harness.pipelines import STAGES, ScriptedStage
 from runtime.backoff import Reconnect, retry_delay_s
 from runtime.cli_options import parse_concurrency, parse_stages
 from runtime.errors import (
@@ -19,7 +20,6 @@ from runtime.errors import (
 )
 from runtime.stage import Pipeline
 from runtime.worker import WorkerConfig, failure_of
-from tests.support.pipelines import STAGES, ScriptedStage
 
 
 def test_backoff_bounds_and_jitter() -> None:

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness.procs import REPO
 from runtime.errors import ConfigurationError
 from runtime.settings import EnvReader, Setting, validate_env
 from stages.dir_store import DirStore
 from stages.services import Services, asset_store
 from stages.settings import PIPELINE_SETTINGS, PipelineSettings
-from tests.support.procs import REPO
 
 CLIENT_LIBRARIES = ("minio", "qdrant_client", "qdrant_edge", "cohere")
 

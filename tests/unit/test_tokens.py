@@ -13,6 +13,7 @@ import string
 import pytest
 import tokenizers
 
+from bench.harness.corpus import CORPUS_DIR
 from runtime.errors import ConfigurationError
 from stages.chunking import Chunk, ChunkConfig, ChunkSizes, chunk_pages
 from stages.pdf import iter_pages, open_pdf
@@ -27,7 +28,7 @@ from stages.tokens import (
     local_counter,
     token_counter_for,
 )
-from tests.support.corpus import CORPUS_DIR, corpus_pdfs
+from tests.support.corpus import corpus_pdfs
 
 #: Corpus pages by script: (file, first page, last page), 1-based, inclusive.
 CORPUS_PAGES = {
