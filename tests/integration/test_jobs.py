@@ -1,4 +1,4 @@
-"""Every transition of a job's life, against a real PostgreSQL (docs/architecture.md, "A job's life")."""
+"""Every transition of a job's life, against a real PostgreSQL (docs/architecture.md)."""
 
 from __future__ import annotations
 
