@@ -54,7 +54,8 @@ from bench.queue import (
     server_dsn,
     verdict,
 )
-from runtime.providers import DEFAULT_PROBE_S, SESSION_SETTINGS, Providers, ProviderSpec
+from runtime.provider_gate import Providers
+from runtime.providers import DEFAULT_PROBE_S, SESSION_SETTINGS, ProviderSpec
 from runtime.stage import JobContext, Pipeline
 from runtime.worker import Worker, WorkerConfig
 

@@ -38,7 +38,8 @@ from runtime.errors import (
 )
 from runtime.identity import new_worker_id
 from runtime.models import Failure, Job, JobState
-from runtime.providers import SESSION_SETTINGS, CircuitConfig, Providers, by_stage
+from runtime.provider_gate import Providers
+from runtime.providers import SESSION_SETTINGS, CircuitConfig, by_stage
 from runtime.repository import Claim, Deferral, JobRepository, Pool, Rescued
 from runtime.rescuer import Rescuer, RescuerConfig
 from runtime.stage import DbConn, Pipeline, Stage, Writer

@@ -1,4 +1,4 @@
-"""Every transition of a job's life, against a real PostgreSQL (DESIGN.md §3)."""
+"""Every transition of a job's life, against a real PostgreSQL (docs/architecture.md)."""
 
 from __future__ import annotations
 
