@@ -55,7 +55,8 @@ from bench.queue import (
 )
 from runtime.providers import DEFAULT_PROBE_S, SESSION_SETTINGS, Providers, ProviderSpec
 from runtime.stage import JobContext, Pipeline
-from runtime.worker import Worker, WorkerConfig
+from runtime.worker import Worker
+from runtime.worker_config import WorkerConfig
 from tests.support.fleet import run_fleet, start_fleet, submit_jobs
 from tests.support.pipelines import STAGES, ScriptedStage
 

@@ -36,7 +36,8 @@ from runtime.settings import (
     validate_env,
     validate_options,
 )
-from runtime.worker import DEFAULT_GRACE_S, DEFAULT_LEASE_S, DEFAULT_POLL_S, Worker, WorkerConfig
+from runtime.worker import Worker
+from runtime.worker_config import DEFAULT_GRACE_S, DEFAULT_LEASE_S, DEFAULT_POLL_S, WorkerConfig
 
 T = TypeVar("T")
 

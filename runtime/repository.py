@@ -11,13 +11,14 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeAlias, TypeVar
 
 import asyncpg
 import msgspec
 
 import schema
+from runtime.jobstore import PEERS_SEEN_WITHIN_S, Claim, Deferral, Rescued, Settled
 from runtime.models import Failure, Job, JobRow, JobState, NewJob
 from runtime.stage import DbConn, Writer
 
@@ -37,71 +38,9 @@ def to_struct(kind: type[S], record: asyncpg.Record, skip: frozenset[str] = froz
 _SETTLE_ONLY = frozenset({"kind", "notified"})
 
 
-#: Workers heard from within this long count as serving their stages (conservative: a
-#: dead one only costs NOTIFYs nobody needed).
-PEERS_SEEN_WITHIN_S = 120.0
+class WorkerRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A row of the workers table (who serves which stages)."""
 
-
-class Claim(msgspec.Struct, frozen=True):
-    """Jobs to lease in a :meth:`JobRepository.settle`: how many per stage, for whom."""
-
-    worker_id: str
-    lease_s: float
-    limits: Mapping[str, int]
-
-
-class Settled(msgspec.Struct):
-    """What a :meth:`JobRepository.settle` did: ids completed, jobs leased."""
-
-    held: set[int] = msgspec.field(default_factory=set)
-    claimed: list[Job] = msgspec.field(default_factory=list)
-
-
-class Rescued(msgspec.Struct, frozen=True, kw_only=True):
-    """A job the sweep took back from a worker that is gone."""
-
-    id: int
-    document_id: uuid.UUID
-    stage: str
-    state: JobState
-    last_error: str | None
-    generation: int = 1
-    attempts: int = 0
-    max_attempts: int = 0
-    created_at: datetime | None = None
-
-    def as_job(self, filename: str = "") -> Job:
-        """The job as a stage's ``on_failed`` takes it (no lease: the sweep ended it)."""
-        when = self.created_at or datetime.now(UTC)
-        return Job(
-            id=self.id,
-            document_id=self.document_id,
-            stage=self.stage,
-            generation=self.generation,
-            attempts=self.attempts,
-            max_attempts=self.max_attempts,
-            lease_token=uuid.UUID(int=0),
-            lease_expires_at=when,
-            created_at=when,
-            filename=filename,
-        )
-
-
-class Deferral(msgspec.Struct, frozen=True, kw_only=True):
-    """How :meth:`JobRepository.defer` hands a job back after a transient failure."""
-
-    #: Least delay (a server's Retry-After).
-    floor_s: float = 0.0
-    #: First backoff delay; 0 retries as soon as claims allow (an open circuit holds them).
-    base_s: float = 2.0
-    cap_s: float = 300.0
-    #: Retry budget: failing for longer than this fails the job.
-    retry_for_s: float = 86400.0
-    #: The attempt checkpointed progress: the failures' clock starts over.
-    progressed: bool = False
-
-
-class Worker(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     stages: list[str]
     started_at: datetime
@@ -109,7 +48,7 @@ class Worker(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class JobRepository:
-    """Jobs and workers."""
+    """Jobs and workers on PostgreSQL; implements :class:`runtime.jobstore.JobStore`."""
 
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
@@ -291,6 +230,18 @@ class JobRepository:
     async def expire_leases_of(self, owners: Sequence[str]) -> int:
         return int(await self.pool.fetchval(Q["expire_leases_of"], list(owners)))
 
+    async def checkpoint(self, job: Job, write: Writer) -> bool:
+        """Run ``write`` in one transaction if the job still holds its lease (its row
+        locked meanwhile); False and nothing written if it does not."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            if not await self.check_lease(conn, job):
+                return False
+            await write(conn)
+        return True
+
+    async def expire_connections(self) -> None:
+        await self.pool.expire_connections()
+
     async def check_lease(self, conn: Conn, job: Job) -> bool:
         """Inside ``conn``'s transaction: lock the job's row if its lease still holds."""
         return await conn.fetchval(Q["check_lease"], job.id, job.lease_token) is not None
@@ -356,6 +307,6 @@ class JobRepository:
     async def prune_workers(self, older_than_s: float) -> None:
         await self.pool.execute(W["prune_workers"], older_than_s)
 
-    async def live_workers(self, seen_within_s: float) -> list[Worker]:
+    async def live_workers(self, seen_within_s: float) -> list[WorkerRow]:
         rows = await self.pool.fetch(W["live_workers"], seen_within_s)
-        return [to_struct(Worker, r) for r in rows]
+        return [to_struct(WorkerRow, r) for r in rows]

@@ -21,7 +21,8 @@ from runtime.models import DocumentStatus, JobState, NewDocument
 from runtime.providers import CircuitConfig, Providers, ProviderSpec, provider_states
 from runtime.repository import JobRepository
 from runtime.stage import JobContext, Pipeline
-from runtime.worker import Worker, WorkerConfig
+from runtime.worker import Worker
+from runtime.worker_config import WorkerConfig
 from tests.support.notify import listening
 from tests.support.pipelines import STAGES, ScriptedStage
 

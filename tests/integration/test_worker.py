@@ -12,10 +12,12 @@ import pytest
 
 from runtime.documents import DocumentRepository
 from runtime.errors import LeaseLost
+from runtime.inflight import Context
 from runtime.models import DocumentStatus, JobState, NewDocument
 from runtime.repository import JobRepository
 from runtime.stage import DbConn, JobContext, Pipeline
-from runtime.worker import Context, Worker, WorkerConfig
+from runtime.worker import Worker
+from runtime.worker_config import WorkerConfig
 from tests.support.backends import anyio_backend
 from tests.support.notify import listening
 from tests.support.pipelines import STAGES, ScriptedStage
@@ -237,7 +239,7 @@ async def test_checkpoint_refuses_after_lease_loss(dsn: str, pool: asyncpg.Pool[
     await submit_many(pool, 1)
     repo = JobRepository(pool)
     [job] = await repo.claim("parse", "w", 1, 30)
-    ctx = Context(job, repo)
+    ctx = Context(job, repo, pool=pool)
     wrote: list[int] = []
 
     async def write(conn: DbConn) -> None:
