@@ -97,8 +97,8 @@ def _defer_delay_s(how: Deferral, failures: int, jitter: float) -> float:
     return max(min(how.floor_s, how.cap_s), backoff)
 
 
-class MemoryStore:
-    """Jobs and workers in dicts; implements :class:`runtime.jobstore.JobStore`."""
+class MemoryTables:
+    """The in-memory tables: jobs, workers, and what needs no lease."""
 
     def __init__(self, clock: Clock | None = None, rng: random.Random | None = None) -> None:
         self.clock = clock or Clock()
@@ -151,6 +151,58 @@ class MemoryStore:
     async def get_job(self, job_id: int) -> JobRow | None:
         row = self.jobs.get(job_id)
         return row.as_row() if row else None
+
+    async def running_owners_on_host(self, prefix: str) -> list[str]:
+        return sorted(
+            {
+                r.lease_owner
+                for r in self.jobs.values()
+                if r.state is JobState.RUNNING
+                and r.lease_owner
+                and r.lease_owner.startswith(prefix)
+            }
+        )
+
+    async def expire_leases_of(self, owners: Sequence[str]) -> int:
+        rows = [
+            r for r in self.jobs.values() if r.state is JobState.RUNNING and r.lease_owner in owners
+        ]
+        for row in rows:
+            row.lease_expires_at = LONG_AGO
+        return len(rows)
+
+    async def count_live(self, stages: Sequence[str]) -> int:
+        return sum(r.stage in stages and r.state in LIVE for r in self.jobs.values())
+
+    async def register_worker(
+        self, worker_id: str, stages: Sequence[str], peers_within_s: float = PEERS_SEEN_WITHIN_S
+    ) -> set[str]:
+        at = self._now()
+        self.workers[worker_id] = (tuple(stages), at)
+        since = at - timedelta(seconds=peers_within_s)
+        return {
+            s
+            for w, (ss, seen) in self.workers.items()
+            if w != worker_id and seen >= since
+            for s in ss
+        }
+
+    async def announce_worker(self, channel: str, payload: str) -> None:
+        self.announced.append((channel, payload))
+
+    async def unregister_worker(self, worker_id: str) -> None:
+        self.workers.pop(worker_id, None)
+
+    async def prune_workers(self, older_than_s: float) -> None:
+        since = self._now() - timedelta(seconds=older_than_s)
+        self.workers = {w: v for w, v in self.workers.items() if v[1] >= since}
+
+    async def expire_connections(self) -> None:
+        self.expired_connections += 1
+
+
+class MemoryStore(MemoryTables):
+    """Jobs and workers in dicts; implements :class:`runtime.jobstore.JobStore`."""
 
     # -- the port ------------------------------------------------------------------------
 
@@ -311,51 +363,3 @@ class MemoryStore:
                 )
             )
         return rescued
-
-    async def running_owners_on_host(self, prefix: str) -> list[str]:
-        return sorted(
-            {
-                r.lease_owner
-                for r in self.jobs.values()
-                if r.state is JobState.RUNNING
-                and r.lease_owner
-                and r.lease_owner.startswith(prefix)
-            }
-        )
-
-    async def expire_leases_of(self, owners: Sequence[str]) -> int:
-        rows = [
-            r for r in self.jobs.values() if r.state is JobState.RUNNING and r.lease_owner in owners
-        ]
-        for row in rows:
-            row.lease_expires_at = LONG_AGO
-        return len(rows)
-
-    async def count_live(self, stages: Sequence[str]) -> int:
-        return sum(r.stage in stages and r.state in LIVE for r in self.jobs.values())
-
-    async def register_worker(
-        self, worker_id: str, stages: Sequence[str], peers_within_s: float = PEERS_SEEN_WITHIN_S
-    ) -> set[str]:
-        at = self._now()
-        self.workers[worker_id] = (tuple(stages), at)
-        since = at - timedelta(seconds=peers_within_s)
-        return {
-            s
-            for w, (ss, seen) in self.workers.items()
-            if w != worker_id and seen >= since
-            for s in ss
-        }
-
-    async def announce_worker(self, channel: str, payload: str) -> None:
-        self.announced.append((channel, payload))
-
-    async def unregister_worker(self, worker_id: str) -> None:
-        self.workers.pop(worker_id, None)
-
-    async def prune_workers(self, older_than_s: float) -> None:
-        since = self._now() - timedelta(seconds=older_than_s)
-        self.workers = {w: v for w, v in self.workers.items() if v[1] >= since}
-
-    async def expire_connections(self) -> None:
-        self.expired_connections += 1
