@@ -85,10 +85,11 @@ class Gate:
 
     async def until(self, what: str, check: Any) -> None:
         """Wait (driven by the stage's own events) until ``check()`` holds."""
-        with anyio.fail_after(STEP_S):
+        with anyio.move_on_after(STEP_S):
             while not check():
                 self._changed = anyio.Event()
                 await self._changed.wait()
+        assert check(), f"timed out waiting for: {what}"
 
 
 def config(**kw: Any) -> WorkerConfig:
