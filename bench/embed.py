@@ -44,7 +44,8 @@ from bench.harness.fake_cohere import FakeCohereProcess
 from bench.ingest import corpus_files, load_note
 from bench.queue import bench_database, connection, heading, pool_of, row, server_dsn, verdict
 from runtime.documents import DocumentRepository
-from runtime.worker import Worker, WorkerConfig
+from runtime.worker import Worker
+from runtime.worker_config import WorkerConfig
 from stages.pipeline import DEFAULT_CONCURRENCY, STAGES, pipeline_for
 from stages.services import Services
 from stages.submit import submit

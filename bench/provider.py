@@ -57,7 +57,8 @@ from bench.queue import (
 from runtime.provider_gate import Providers
 from runtime.providers import DEFAULT_PROBE_S, SESSION_SETTINGS, ProviderSpec
 from runtime.stage import JobContext, Pipeline
-from runtime.worker import Worker, WorkerConfig
+from runtime.worker import Worker
+from runtime.worker_config import WorkerConfig
 
 PARTS = ("fleet", "overhead", "hops", "outage")
 NAME = "cohere/embed-v4.0"

@@ -40,7 +40,8 @@ from runtime.models import NewJob
 from runtime.repository import JobRepository
 from runtime.repository import Q as JOB_QUERIES
 from runtime.stage import Pipeline
-from runtime.worker import Worker, WorkerConfig
+from runtime.worker import Worker
+from runtime.worker_config import WorkerConfig
 
 Conn: TypeAlias = "asyncpg.Connection[Any]"
 Pool: TypeAlias = "asyncpg.Pool[Any]"

@@ -18,7 +18,7 @@ from runtime.providers import (
     CircuitConfig,
 )
 from runtime.settings import MAX_CONCURRENCY, duration_s
-from runtime.worker import (
+from runtime.worker_config import (
     DEFAULT_GRACE_S,
     DEFAULT_LEASE_S,
     DEFAULT_POLL_S,

@@ -14,8 +14,8 @@ import pytest
 
 from bench.harness.procs import StartWorker, WorkerProcess
 from runtime.errors import LeaseLost
+from runtime.inflight import Context
 from runtime.models import DocumentStatus, JobState
-from runtime.worker import Context
 from stages import verify
 from stages.index import IndexStage
 from stages.vector_index import point_id
@@ -200,7 +200,7 @@ async def test_an_index_job_of_a_replaced_generation_leaves_the_new_points_alone
         # The old job's process() now runs on (its heartbeat has not noticed yet). Its
         # outcome can never commit; the index must not suffer either.
         with contextlib.suppress(LeaseLost):
-            await IndexStage(env.services()).process(Context(zombie, env.jobs))
+            await IndexStage(env.services()).process(Context(zombie, env.jobs, pool=env.jobs.pool))
 
         assert (await env.doc(doc_id)).status == DocumentStatus.READY
         await env.assert_indexed(doc_id)

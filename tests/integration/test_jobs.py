@@ -12,8 +12,9 @@ import asyncpg
 import pytest
 
 from runtime.documents import DocumentRepository
+from runtime.jobstore import Claim
 from runtime.models import DocumentStatus, Failure, Job, JobState, NewDocument
-from runtime.repository import Claim, JobRepository
+from runtime.repository import JobRepository
 from runtime.stage import DbConn
 from tests.support.notify import Heard, listening
 

@@ -23,7 +23,8 @@ from runtime.provider_gate import Providers
 from runtime.providers import CircuitConfig, ProviderSpec, provider_states
 from runtime.repository import JobRepository
 from runtime.stage import JobContext, Pipeline
-from runtime.worker import Worker, WorkerConfig
+from runtime.worker import Worker
+from runtime.worker_config import WorkerConfig
 from tests.support.notify import listening
 
 pytestmark = pytest.mark.anyio

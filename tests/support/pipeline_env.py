@@ -37,7 +37,8 @@ from bench.harness.fake_cohere import FakeCohere
 from runtime.documents import DocumentRepository, Submitted
 from runtime.models import Document, JobRow, NewJob
 from runtime.repository import JobRepository
-from runtime.worker import Worker, WorkerConfig
+from runtime.worker import Worker
+from runtime.worker_config import WorkerConfig
 from stages import store
 from stages.pipeline import STAGES, pipeline_for
 from stages.services import Services

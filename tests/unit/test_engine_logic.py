@@ -18,8 +18,9 @@ from runtime.errors import (
     TransientError,
     one_line,
 )
+from runtime.outcome import failure_of
 from runtime.stage import Pipeline
-from runtime.worker import WorkerConfig, failure_of
+from runtime.worker_config import WorkerConfig
 
 
 def test_backoff_bounds_and_jitter() -> None:
