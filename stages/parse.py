@@ -18,10 +18,14 @@ import anyio.from_thread
 import anyio.to_thread
 import msgspec
 
-from runtime.documents import DocumentRepository
-from runtime.errors import InvalidDocument, MissingInput
-from runtime.models import Job
-from runtime.stage import DbConn, JobContext
+from runtime.api import (
+    DbConn,
+    DocumentRepository,
+    InvalidDocument,
+    Job,
+    JobContext,
+    MissingInput,
+)
 from stages import store
 from stages.assets import image_key
 from stages.formats import by_media_type

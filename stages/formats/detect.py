@@ -17,7 +17,7 @@ from pathlib import Path
 
 import msgspec
 
-from runtime.errors import InvalidDocument, one_line
+from runtime.api import InvalidDocument, one_line
 
 __all__ = ["FORMATS", "SUFFIXES", "Format", "by_media_type", "detect", "detect_bytes"]
 

@@ -20,7 +20,7 @@ from docx.text.paragraph import Paragraph
 from PIL import Image as PILImage
 from PIL import UnidentifiedImageError
 
-from runtime.errors import InvalidDocument, one_line
+from runtime.api import InvalidDocument, one_line
 from stages.formats.text import Section, heading_path
 from stages.pdf import Image
 

@@ -24,7 +24,7 @@ from PIL import Image as PILImage
 from PIL import UnidentifiedImageError
 from pymupdf import mupdf
 
-from runtime.errors import InvalidDocument, one_line
+from runtime.api import InvalidDocument, one_line
 from stages.formats.detect import Format
 from stages.formats.unit import Unit
 from stages.pdf import Image, iter_pages

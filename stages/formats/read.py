@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from runtime.errors import InvalidDocument, one_line
+from runtime.api import InvalidDocument, one_line
 from stages.formats.detect import Format
 from stages.formats.text import Section
 from stages.formats.unit import Unit

@@ -13,7 +13,7 @@ import codecs
 import msgspec
 from markdown_it import MarkdownIt
 
-from runtime.errors import InvalidDocument, one_line
+from runtime.api import InvalidDocument, one_line
 from stages.formats.detect import BOMS, HEAD_BYTES, guess_decode
 
 __all__ = ["Section", "decode_text", "markdown_sections", "text_sections"]

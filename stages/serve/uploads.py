@@ -28,9 +28,7 @@ import multipart
 from litestar.exceptions import InternalServerException
 
 import schema
-from runtime.documents import DocumentRepository, Submitted
-from runtime.errors import InvalidDocument
-from runtime.models import NewDocument
+from runtime.api import DocumentRepository, InvalidDocument, NewDocument, Submitted
 from stages.assets import AssetStore, original_key
 from stages.formats.detect import by_media_type, detect
 from stages.serve.problems import problem

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness.cli import Cli
+from bench.harness.db import Databases, sql
+from bench.harness.serve import Server, running_server
 from tests.made_formats import make_docx, make_epub, make_markdown, make_png
-from tests.support.cli import Cli, sql
-from tests.support.db import Databases
-from tests.support.serve import Server, running_server
 
 
 @pytest.fixture(scope="module")

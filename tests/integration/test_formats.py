@@ -13,16 +13,9 @@ from runtime.errors import InvalidDocument
 from runtime.models import DocumentStatus
 from stages.formats import by_media_type
 from tests.made_formats import MAKERS, PICTURE_WORDS, TOPICS, damaged, make_all
-from tests.support.pipeline_env import (
-    TimedCohere,
-    anyio_backend,
-    cohere_env,
-    fake_cohere,
-    pipeline_env,
-)
+from tests.support.pipeline_env import TimedCohere, cohere_env, pipeline_env
 
 pytestmark = pytest.mark.anyio
-__all__ = ["anyio_backend", "fake_cohere"]
 
 #: Format name stored for each made file.
 FORMAT_OF = {
