@@ -1,5 +1,5 @@
 -- The full current schema of ragline, for reading and for the migration test.
--- Generated from schema/migrations/ (0001 to 0006); tests/migration checks they agree.
+-- Generated from schema/migrations/ (0001 to 0008); tests/migration checks they agree.
 -- Never apply this to a live database: use `python -m runtime migrate`.
 
 
@@ -286,4 +286,47 @@ CREATE TABLE model_migration_documents (
     points        integer NOT NULL CHECK (points >= 0),
     migrated_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (migration_id, document_id)
+);
+
+-- Sources (0008): documents kept in sync with a folder or a bucket by `ragline sync`.
+CREATE TABLE sources (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    -- Canonical: an absolute folder path, or s3://bucket/prefix.
+    uri         text NOT NULL UNIQUE,
+    -- Every document of a source is in this collection.
+    collection  text NOT NULL DEFAULT 'default'
+                CONSTRAINT sources_collection_name CHECK (collection ~ '^[a-z0-9][a-z0-9_-]{0,62}$'),
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    synced_at   timestamptz
+);
+
+ALTER TABLE documents
+    ADD COLUMN source_id bigint REFERENCES sources (id),
+    ADD COLUMN source_uri text,
+    -- Last modification time seen, in ns (files: st_mtime_ns; objects: Last-Modified).
+    ADD COLUMN source_mtime_ns bigint,
+    ADD CONSTRAINT documents_source_uri CHECK ((source_id IS NULL) = (source_uri IS NULL));
+
+-- One live document per file of a source: two syncs at once cannot both create it.
+CREATE UNIQUE INDEX documents_source ON documents (source_id, source_uri)
+    WHERE source_id IS NOT NULL;
+
+-- Objects (originals, images) of a document's older versions: deleted once generation
+-- `generation` (the version that replaced them) or a later one is indexed. An object a
+-- newer version still uses is kept (same key: same content).
+CREATE TABLE superseded_objects (
+    document_id  uuid NOT NULL REFERENCES documents (id) ON DELETE CASCADE,
+    generation   integer NOT NULL,
+    object_key   text NOT NULL,
+    PRIMARY KEY (document_id, object_key)
+);
+
+-- A file deleted from its source: its document is gone; this row stays for `status`.
+CREATE TABLE source_tombstones (
+    source_id    bigint NOT NULL REFERENCES sources (id) ON DELETE CASCADE,
+    source_uri   text NOT NULL,
+    document_id  uuid NOT NULL,
+    sha256       text NOT NULL,
+    deleted_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (source_id, document_id)
 );

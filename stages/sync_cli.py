@@ -1,0 +1,249 @@
+"""The ``sync`` command: keep the index equal to a folder or an S3/MinIO bucket and prefix.
+
+``sync SOURCE [--collection C] [--dry-run] [--watch] [--json]``: plan (a stat per file),
+apply under the source's lock, then run every stage in this process until the documents
+it submitted are done, with ``ingest``'s progress (see :mod:`stages.sync`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import click
+import msgspec
+
+from runtime.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, App, guarded, run_async
+from runtime.cli import worker_config as _worker_config
+from runtime.database import open_pool
+from runtime.documents import DocumentRepository
+from runtime.errors import ConfigurationError
+from runtime.models import DocumentStatus
+from runtime.names import escape_name
+from runtime.repository import Pool
+from stages import sources
+from stages.scan import Scanner, scanner_for
+
+if TYPE_CHECKING:
+    from stages.services import Services
+    from stages.sync import Plan
+
+#: How many files of each kind ``--dry-run`` (and the summary) names.
+SHOWN = 5
+#: Seconds between polls of a bucket under ``--watch`` (RAGLINE_SYNC_POLL_S).
+DEFAULT_POLL_S = 10.0
+_COLLECTION = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+
+
+class SyncReport(msgspec.Struct, kw_only=True):
+    source: str
+    collection: str
+    dry_run: bool
+    counts: dict[str, int]
+    #: The first few of each kind: new, changed, moved (``old -> new``), deleted.
+    files: dict[str, list[str]]
+    hashed: int
+    ready: int = 0
+    failed: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    unfinished: int = 0
+    refused: list[str] = msgspec.field(default_factory=list)
+    interrupted: bool = False
+
+
+def describe(plan: Plan, uri: str, collection: str, dry_run: bool) -> SyncReport:
+    return SyncReport(
+        source=uri,
+        collection=collection,
+        dry_run=dry_run,
+        counts=plan.counts(),
+        files={
+            "new": [c.uri for c in plan.new[:SHOWN]],
+            "changed": [c.uri for c in plan.changed[:SHOWN]],
+            "moved": [f"{c.was} -> {c.uri}" for c in plan.moved[:SHOWN]],
+            "deleted": [c.uri for c in plan.deleted[:SHOWN]],
+        },
+        hashed=plan.hashed,
+        refused=list(plan.skipped),
+    )
+
+
+def print_report(report: SyncReport, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(msgspec.to_builtins(report)))
+        return
+    c = report.counts
+    head = "dry run: would sync" if report.dry_run else "synced"
+    click.echo(
+        f"{head} {escape_name(report.source)} (collection {report.collection}): "
+        f"new {c['new']}, changed {c['changed']}, moved {c['moved']}, "
+        f"deleted {c['deleted']}, unchanged {c['unchanged']}"
+    )
+    for kind, names in report.files.items():
+        more = c[kind] - len(names)
+        for name in names:
+            click.echo(f"  {kind} {escape_name(name)}")
+        if more > 0:
+            click.echo(f"  ... and {more} more {kind}")
+    if not report.dry_run:
+        click.echo(
+            f"ready: {report.ready}  failed: {len(report.failed)}  "
+            f"unfinished: {report.unfinished}  refused: {len(report.refused)}"
+        )
+    for f in report.failed:
+        click.echo(f"failed {escape_name(f['filename'])} ({f['document_id']}): {f['error']}")
+    for r in report.refused:
+        click.echo(f"refused {r}", err=True)
+
+
+def exit_code(report: SyncReport) -> int:
+    if report.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED if report.failed or report.refused or report.unfinished else EXIT_OK
+
+
+class Syncer:
+    """One source, one process: each :meth:`once` plans, applies and processes."""
+
+    def __init__(self, app: App, opts: dict[str, Any], scanner: Scanner, show: bool) -> None:
+        self.app = app
+        self.opts = opts
+        self.scanner = scanner
+        self.show = show
+        self._services: Services | None = None
+
+    @property
+    def services(self) -> Services:
+        if self._services is None:
+            from stages.pipeline import services_for
+
+            self._services = services_for(self.app.build_context())
+        return self._services
+
+    async def dry_run(self, pool: Pool, collection: str | None) -> SyncReport:
+        from stages.sync import plan
+
+        source = await sources.find_source(pool, self.scanner.uri)
+        if source is not None:
+            check_collection(source, collection)
+        todo = await plan(pool, self.scanner, source.id if source else None)
+        name = source.collection if source else (collection or "default")
+        return describe(todo, self.scanner.uri, name, dry_run=True)
+
+    async def once(self, pool: Pool, dsn: str, collection: str | None) -> SyncReport:
+        from stages.sync import apply, plan
+
+        source = await sources.ensure_source(pool, self.scanner.uri, collection or "default")
+        check_collection(source, collection)
+        async with self.services.lifespan():
+            async with sources.source_lock(pool, source.id):
+                todo = await plan(pool, self.scanner, source.id)
+                outcome = await apply(pool, self.services, self.scanner, source, todo)
+            report = describe(todo, source.uri, source.collection, dry_run=False)
+            report.refused += outcome.refused
+            ids = list(dict.fromkeys(outcome.submitted))
+            finished = await self._process(pool, dsn, ids) if ids else True
+        await self._summarize(pool, ids, report, finished)
+        return report
+
+    async def _process(self, pool: Pool, dsn: str, ids: list[uuid.UUID]) -> bool:
+        from runtime.worker import Worker
+        from stages.cli import run_until_done
+        from stages.pipeline import pipeline_for
+
+        # Like ingest: every stage runs here, whatever RAGLINE_STAGES says.
+        config = _worker_config(self.app, {**self.opts, "stages": None})
+        self.services.prepare(config.stages)
+        worker = Worker(pipeline_for(self.services), dsn, config)
+        return await run_until_done(worker, pool, ids, self.show)
+
+    @staticmethod
+    async def _summarize(
+        pool: Pool, ids: list[uuid.UUID], report: SyncReport, finished: bool
+    ) -> None:
+        docs = await DocumentRepository(pool).get_many(ids)
+        report.ready = sum(d.status == DocumentStatus.READY for d in docs)
+        report.failed = [
+            {"document_id": str(d.id), "filename": d.filename, "error": d.error}
+            for d in docs
+            if d.status == DocumentStatus.FAILED
+        ]
+        report.unfinished = len(docs) - report.ready - len(report.failed)
+        report.interrupted = not finished
+
+
+def check_collection(source: sources.Source, wanted: str | None) -> None:
+    if wanted is not None and wanted != source.collection:
+        raise ConfigurationError(
+            f"sync: {escape_name(source.uri)} is synced into collection {source.collection!r},"
+            f" not {wanted!r} (a source maps to one collection)"
+        )
+
+
+async def wait_for_change(scanner: Scanner, poll_s: float) -> None:
+    """Return after the source changed (a folder: watchfiles) or ``poll_s`` (a bucket)."""
+    if scanner.uri.startswith("s3://"):
+        await anyio.sleep(poll_s)
+        return
+    import watchfiles
+
+    async for _changes in watchfiles.awatch(scanner.uri, recursive=True):
+        return
+
+
+def poll_s_from_env() -> float:
+    raw = os.environ.get("RAGLINE_SYNC_POLL_S", "").strip()
+    return float(raw) if raw else DEFAULT_POLL_S
+
+
+@click.command("sync")
+@click.argument("source")
+@click.option("--collection", default=None, help="Collection of the source's documents.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (counts, first few) only.")
+@click.option("--watch", is_flag=True, help="Keep syncing: on change (folders) or by polling.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--progress/--no-progress", default=None, help="Progress bars per stage.")
+@click.pass_context
+def sync(
+    ctx: click.Context,
+    source: str,
+    collection: str | None,
+    dry_run: bool,
+    watch: bool,
+    as_json: bool,
+    progress: bool | None,
+) -> None:
+    """Make the index equal SOURCE, a folder or s3://bucket/prefix: new files are
+    submitted, changed ones become a new version of their document (the old one serves
+    until the new one is indexed), renamed ones keep their document (no stage runs),
+    deleted ones leave the index and the asset store. Exit 0: all ready; 1: something
+    failed or was refused; 130: interrupted."""
+    app: App = ctx.obj
+    if collection is not None and not _COLLECTION.fullmatch(collection):
+        raise click.BadParameter("lowercase letters, digits, _ and -", param_hint="--collection")
+    scanner = guarded(lambda: scanner_for(source, os.environ))
+    show = progress if progress is not None else sys.stderr.isatty()
+    syncer = Syncer(app, ctx.find_root().meta["worker_opts"], scanner, show)
+    poll_s = poll_s_from_env()
+
+    async def go(dsn: str) -> SyncReport:
+        async with open_pool(dsn) as pool:
+            if dry_run:
+                return await syncer.dry_run(pool, collection)
+            report = await syncer.once(pool, dsn, collection)
+            while watch and not report.interrupted:
+                print_report(report, as_json)
+                await wait_for_change(scanner, poll_s)
+                report = await syncer.once(pool, dsn, collection)
+            return report
+
+    try:
+        report = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn), supervise=True))
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+    print_report(report, as_json)
+    sys.exit(exit_code(report))
