@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -18,7 +18,9 @@ import schema
 from runtime.errors import MissingInput
 from runtime.models import NewJob
 from runtime.repository import Conn, JobRepository, Pool, to_struct
-from stages.assets import AssetStore
+
+if TYPE_CHECKING:  # stages.assets imports minio: sync of an unchanged source never needs it
+    from stages.assets import AssetStore
 
 Q = schema.load("sources")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -23,9 +24,12 @@ from runtime.errors import InvalidDocument, RaglineError
 from runtime.names import escape_name
 from runtime.repository import Pool
 from stages import sources
-from stages.assets import Stored, document_prefix, original_key
 from stages.scan import Entry, Scanner, sha256_of
-from stages.services import Services
+
+# The services (and the asset store's minio) are imported only when there is work: an
+# unchanged source costs a listing and one query, not seconds of imports.
+if TYPE_CHECKING:
+    from stages.services import Services
 
 FIRST_STAGE = "parse"
 PDF = "application/pdf"
@@ -55,6 +59,11 @@ class Plan(msgspec.Struct, kw_only=True):
     skipped: list[str] = msgspec.field(default_factory=list)
     #: The listing the plan was made from.
     entries: dict[str, Entry] = msgspec.field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to apply: every file unchanged."""
+        return not (self.new or self.changed or self.moved or self.deleted or self.touched)
 
     def counts(self) -> dict[str, int]:
         return {
@@ -174,6 +183,7 @@ async def remove(
     """A deleted file: stop its jobs, delete its points everywhere and its objects, then
     its rows (leaving the tombstone). Killed midway, the document is still there and the
     next sync removes it again."""
+    from stages.assets import document_prefix
     from stages.verify import delete_everywhere
 
     if not await sources.retire(pool, source, document_id):
@@ -193,8 +203,10 @@ async def _store(
 ) -> uuid.UUID | None:
     """Store the file's bytes (hashed while stored), then record the new document or
     the new version. The recorded hash is that of the stored bytes."""
+    from stages.assets import original_key
+
     doc_id = change.document_id or uuid.uuid4()
-    stored: Stored = await services.assets.put_stream(
+    stored = await services.assets.put_stream(
         _pdf_chunks(scanner, change.uri), PDF, lambda sha: original_key(doc_id, sha)
     )
     doc = sources.NewSourceDocument(

@@ -139,13 +139,17 @@ class Syncer:
 
         source = await sources.ensure_source(pool, self.scanner.uri, collection or "default")
         check_collection(source, collection)
-        async with self.services.lifespan():
-            async with sources.source_lock(pool, source.id):
-                todo = await plan(pool, self.scanner, source.id)
+        async with sources.source_lock(pool, source.id):
+            todo = await plan(pool, self.scanner, source.id)
+            if todo.empty:  # a stat per file and one query: no services, no imports
+                await sources.mark_synced(pool, source.id)
+                return describe(todo, source.uri, source.collection, dry_run=False)
+            async with self.services.lifespan():
                 outcome = await apply(pool, self.services, self.scanner, source, todo)
-            report = describe(todo, source.uri, source.collection, dry_run=False)
-            report.refused += outcome.refused
-            ids = list(dict.fromkeys(outcome.submitted))
+        report = describe(todo, source.uri, source.collection, dry_run=False)
+        report.refused += outcome.refused
+        ids = list(dict.fromkeys(outcome.submitted))
+        async with self.services.lifespan():
             finished = await self._process(pool, dsn, ids) if ids else True
         await self._summarize(pool, ids, report, finished)
         return report
