@@ -15,9 +15,10 @@ delete, so a sync killed midway and run again converges.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
+import anyio
 import msgspec
 
 from runtime.errors import InvalidDocument, RaglineError
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from stages.services import Services
 
 FIRST_STAGE = "parse"
+#: Files stored and recorded at once (the pool has 10 connections).
+APPLY_CONCURRENCY = 8
 PDF = "application/pdf"
 _MAGIC = b"%PDF-"
 
@@ -160,11 +163,13 @@ async def apply(
     for c in todo.touched:
         assert c.document_id is not None
         await sources.touch(pool, c.document_id, entries[c.uri].mtime_ns)
-    for c in todo.deleted:
+
+    async def delete(c: Change) -> None:
         assert c.document_id is not None
         await remove(pool, services, source, c.document_id)
         on_step()
-    for c in [*todo.changed, *todo.new]:
+
+    async def store(c: Change) -> None:
         try:
             doc_id = await _store(pool, services, scanner, source, c, entries)
         except RaglineError as exc:
@@ -173,8 +178,25 @@ async def apply(
             if doc_id is not None:
                 out.submitted.append(doc_id)
         on_step()
+
+    await each(todo.deleted, delete)
+    await each([*todo.changed, *todo.new], store)
     await sources.mark_synced(pool, source.id)
     return out
+
+
+async def each(items: Sequence[Change], fn: Callable[[Change], Awaitable[None]]) -> None:
+    """``fn`` of every item, :data:`APPLY_CONCURRENCY` at a time: files are independent,
+    and their writes (a stored file, a commit) wait on the disk, not the CPU."""
+    pending = iter(items)
+
+    async def lane() -> None:
+        for item in pending:
+            await fn(item)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(min(APPLY_CONCURRENCY, len(items))):
+            tg.start_soon(lane)
 
 
 async def remove(

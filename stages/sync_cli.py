@@ -188,15 +188,29 @@ def check_collection(source: sources.Source, wanted: str | None) -> None:
         )
 
 
-async def wait_for_change(scanner: Scanner, poll_s: float) -> None:
-    """Return after the source changed (a folder: watchfiles) or ``poll_s`` (a bucket)."""
-    if scanner.uri.startswith("s3://"):
-        await anyio.sleep(poll_s)
-        return
-    import watchfiles
+class Changes:
+    """Whether the source changed since the last :meth:`wait`: the folder's watcher runs
+    all the time (also during a sync), so no change made meanwhile is missed."""
 
-    async for _changes in watchfiles.awatch(scanner.uri, recursive=True):
-        return
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout_s: float) -> None:
+        """Until a change, and at the latest ``timeout_s`` (a bucket is polled)."""
+        with anyio.move_on_after(timeout_s):
+            await self._event.wait()
+        self._event = anyio.Event()
+
+    async def watch(self, scanner: Scanner) -> None:
+        if scanner.uri.startswith("s3://"):
+            return
+        import watchfiles
+
+        async for _batch in watchfiles.awatch(scanner.uri, recursive=True):
+            self.set()
 
 
 def poll_s_from_env() -> float:
@@ -238,11 +252,17 @@ def sync(
         async with open_pool(dsn) as pool:
             if dry_run:
                 return await syncer.dry_run(pool, collection)
-            report = await syncer.once(pool, dsn, collection)
-            while watch and not report.interrupted:
-                print_report(report, as_json)
-                await wait_for_change(scanner, poll_s)
+            if not watch:
+                return await syncer.once(pool, dsn, collection)
+            changes = Changes()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(changes.watch, scanner)
                 report = await syncer.once(pool, dsn, collection)
+                while not report.interrupted:
+                    print_report(report, as_json)
+                    await changes.wait(poll_s)
+                    report = await syncer.once(pool, dsn, collection)
+                tg.cancel_scope.cancel()
             return report
 
     try:

@@ -20,7 +20,7 @@ import msgspec
 import pytest
 from minio import Minio
 
-from runtime.cli import EXIT_OK, EXIT_USAGE
+from runtime.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from stages.services import Services
 from tests.support.cli import Cli, Result, pymupdf, sql
 from tests.support.fake_cohere import FakeCohere
@@ -364,3 +364,28 @@ def test_sources_keep_to_their_collection(dsn: str, tmp_path: Path, cohere: Fake
     assert [tuple(r) for r in after] == [tuple(r) for r in before]
     wrong = cli.run("sync", str(one), "--collection", "birds-two")
     assert wrong.code == EXIT_USAGE and "collection" in wrong.err, wrong
+
+
+def test_watch_syncs_what_changes(dsn: str, tmp_path: Path, cohere: FakeCohere) -> None:
+    env = cohere_env(cohere)
+    cli = Cli(dsn, tmp_path / "data", tmp_path / "logs", **env)
+    src = tmp_path / "src"
+    write_pdf(src / "w1.pdf", "wagtails by the water")
+    watching = cli.start("sync", str(src), "--watch", QUIET, RAGLINE_SYNC_POLL_S="30")
+    try:
+
+        def ready(n: int) -> bool:
+            rows = sql(dsn, "SELECT count(*) FROM documents WHERE status = 'ready'")
+            return bool(rows[0][0] == n)
+
+        wait_for(lambda: ready(1), timeout_s=60, what="the first sync")
+        write_pdf(src / "w2.pdf", "woodpeckers in the wood")
+        wait_for(lambda: ready(2), timeout_s=25, what="the watcher to sync a new file")
+        (src / "w1.pdf").unlink()
+        wait_for(lambda: ready(1), timeout_s=25, what="the watcher to sync a deletion")
+        assert watching.poll() is None
+    finally:
+        watching.signal(signal.SIGINT)
+        result = watching.wait()
+    assert result.code == EXIT_INTERRUPTED, result
+    assert_index_equals(index_state(dsn, cli.data_dir, env), {"w2.pdf"})
