@@ -97,6 +97,10 @@ async def documents(pool: Pool, source_id: int) -> dict[str, Known]:
     return {r["uri"]: to_struct(Known, r) for r in rows}
 
 
+async def unfinished(pool: Pool, source_id: int) -> list[uuid.UUID]:
+    return [r["id"] for r in await pool.fetch(Q["source_unfinished"], source_id)]
+
+
 async def insert_document(
     pool: Pool, source: Source, doc: NewSourceDocument, first_stage: str
 ) -> bool:

@@ -135,22 +135,26 @@ class Syncer:
         return describe(todo, self.scanner.uri, name, dry_run=True)
 
     async def once(self, pool: Pool, dsn: str, collection: str | None) -> SyncReport:
-        from stages.sync import apply, plan
+        from stages.sync import Outcome, apply, plan
 
         source = await sources.ensure_source(pool, self.scanner.uri, collection or "default")
         check_collection(source, collection)
         async with sources.source_lock(pool, source.id):
             todo = await plan(pool, self.scanner, source.id)
-            if todo.empty:  # a stat per file and one query: no services, no imports
+            outcome = Outcome()
+            if not todo.empty:
+                async with self.services.lifespan():
+                    outcome = await apply(pool, self.services, self.scanner, source, todo)
+            else:  # a stat per file and one query: no services, no imports
                 await sources.mark_synced(pool, source.id)
-                return describe(todo, source.uri, source.collection, dry_run=False)
-            async with self.services.lifespan():
-                outcome = await apply(pool, self.services, self.scanner, source, todo)
         report = describe(todo, source.uri, source.collection, dry_run=False)
         report.refused += outcome.refused
-        ids = list(dict.fromkeys(outcome.submitted))
-        async with self.services.lifespan():
-            finished = await self._process(pool, dsn, ids) if ids else True
+        # This sync's documents, and any of the source's an earlier (killed) one left.
+        ids = list(dict.fromkeys([*outcome.submitted, *await sources.unfinished(pool, source.id)]))
+        finished = True
+        if ids:
+            async with self.services.lifespan():
+                finished = await self._process(pool, dsn, ids)
         await self._summarize(pool, ids, report, finished)
         return report
 

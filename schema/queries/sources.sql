@@ -135,3 +135,11 @@ UNION ALL
 SELECT s.uri, t.source_uri, t.deleted_at
 FROM source_tombstones AS t JOIN sources AS s ON s.id = t.source_id
 WHERE t.document_id = $1;
+
+-- name: source_unfinished
+-- Documents of a source still pending or processing (a sync waits for them too, so the
+-- index equals the source when it returns, also after an earlier sync was killed).
+-- $1 source id
+SELECT id FROM documents
+WHERE source_id = $1 AND status IN ('pending', 'processing')
+ORDER BY created_at, id;
