@@ -59,6 +59,8 @@ def wanted(name: str) -> bool:
 
 
 async def sha256_of(scanner: Scanner, uri: str) -> str:
+    if isinstance(scanner, FolderScanner):  # one thread hop, not one per block
+        return await anyio.to_thread.run_sync(scanner.sha256, uri)
     digest = hashlib.sha256()
     async for block in scanner.chunks(uri):
         digest.update(block)
@@ -115,6 +117,15 @@ class FolderScanner:
             skipped.append(f"{escape_name(uri)}: symbolic link to a file that does not exist")
             return
         entries[uri] = Entry(uri=uri, size=st.st_size, mtime_ns=st.st_mtime_ns)
+
+    def sha256(self, uri: str) -> str:
+        try:
+            with open(os.path.join(self.uri, uri), "rb") as f:
+                return hashlib.file_digest(f, "sha256").hexdigest()
+        except OSError as exc:
+            raise InvalidDocument(
+                one_line(f"{escape_name(uri)}: cannot read: {exc.strerror or exc}")
+            ) from exc
 
     async def chunks(self, uri: str) -> AsyncIterator[bytes]:
         try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 import msgspec
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from stages.services import Services
 
 FIRST_STAGE = "parse"
-#: Files stored and recorded at once (the pool has 10 connections).
+T = TypeVar("T")
+#: Files hashed, or stored and recorded, at once (the pool has 10 connections).
 APPLY_CONCURRENCY = 8
 PDF = "application/pdf"
 _MAGIC = b"%PDF-"
@@ -91,18 +92,21 @@ async def plan(pool: Pool, scanner: Scanner, source_id: int | None) -> Plan:
     listing = await scanner.list()
     known = await sources.documents(pool, source_id) if source_id is not None else {}
     out = Plan(skipped=list(listing.skipped), entries=listing.entries)
+    moved_stat = []
     for uri, entry in sorted(listing.entries.items()):
         doc = known.get(uri)
         if doc is None:
             continue
         if entry.size == doc.byte_size and entry.mtime_ns == doc.mtime_ns:
             out.unchanged += 1
-            continue
-        sha = await _hash(scanner, uri, out)
-        change = Change(uri=uri, document_id=doc.id, sha256=sha)
-        if sha is None:
-            continue
-        (out.touched if sha == doc.sha256 else out.changed).append(change)
+        else:
+            moved_stat.append(uri)
+    hashes = await _hash_all(scanner, moved_stat, out)
+    for uri in moved_stat:
+        doc, sha = known[uri], hashes.get(uri)
+        if sha is not None:
+            change = Change(uri=uri, document_id=doc.id, sha256=sha)
+            (out.touched if sha == doc.sha256 else out.changed).append(change)
     gone = {uri: doc for uri, doc in known.items() if uri not in listing.entries}
     fresh = sorted(uri for uri in listing.entries if uri not in known)
     await _match_moves(scanner, listing.entries, gone, fresh, out)
@@ -110,14 +114,20 @@ async def plan(pool: Pool, scanner: Scanner, source_id: int | None) -> Plan:
     return out
 
 
-async def _hash(scanner: Scanner, uri: str, out: Plan) -> str | None:
-    try:
-        sha = await sha256_of(scanner, uri)
-    except InvalidDocument as exc:  # vanished or unreadable since the listing
-        out.skipped.append(exc.message)
-        return None
-    out.hashed += 1
-    return sha
+async def _hash_all(scanner: Scanner, uris: Sequence[str], out: Plan) -> dict[str, str]:
+    """sha256 of each file, :data:`APPLY_CONCURRENCY` at a time; a file that vanished
+    or cannot be read since the listing is skipped with its line."""
+    found: dict[str, str] = {}
+
+    async def one(uri: str) -> None:
+        try:
+            found[uri] = await sha256_of(scanner, uri)
+        except InvalidDocument as exc:
+            out.skipped.append(exc.message)
+
+    await each(uris, one)
+    out.hashed += len(found)
+    return found
 
 
 async def _match_moves(
@@ -131,10 +141,9 @@ async def _match_moves(
     new files as large as some vanished document are hashed to find out."""
     sizes = {d.byte_size for d in gone.values()}
     by_sha = {d.sha256: uri for uri, d in gone.items()}
+    hashes = await _hash_all(scanner, [u for u in fresh if entries[u].size in sizes], out)
     for uri in fresh:
-        sha = None
-        if entries[uri].size in sizes:
-            sha = await _hash(scanner, uri, out)
+        sha = hashes.get(uri)
         was = by_sha.pop(sha, None) if sha else None
         if was is None:
             out.new.append(Change(uri=uri, sha256=sha))
@@ -185,7 +194,7 @@ async def apply(
     return out
 
 
-async def each(items: Sequence[Change], fn: Callable[[Change], Awaitable[None]]) -> None:
+async def each(items: Sequence[T], fn: Callable[[T], Awaitable[None]]) -> None:
     """``fn`` of every item, :data:`APPLY_CONCURRENCY` at a time: files are independent,
     and their writes (a stored file, a commit) wait on the disk, not the CPU."""
     pending = iter(items)

@@ -321,23 +321,31 @@ def test_killed_sync_converges(dsn: str, tmp_path: Path, cohere: FakeCohere) -> 
     src = tmp_path / "src"
     for i in range(40):
         write_pdf(src / f"k{i:02}.pdf", f"kittiwake log {i}: {'kelp ' * (i % 7)}")
-    running = cli.start("sync", str(src), QUIET)
 
-    def some_documents() -> bool:
-        return bool(sql(dsn, "SELECT count(*) >= 3 FROM documents")[0][0])
+    def killed_when(query: str) -> None:
+        running = cli.start("sync", str(src), QUIET)
+        wait_for(lambda: bool(sql(dsn, query)[0][0]), timeout_s=60, what=query)
+        running.signal(signal.SIGKILL)
+        running.wait()
 
-    wait_for(some_documents, timeout_s=60, what="the sync to submit documents")
-    running.signal(signal.SIGKILL)
-    running.wait()
+    killed_when("SELECT count(*) >= 3 FROM documents")
     unfinished = sql(dsn, "SELECT count(*) FROM documents WHERE status <> 'ready'")[0][0]
     total = sql(dsn, "SELECT count(*) FROM documents")[0][0]
     assert total < 40 or unfinished > 0  # it was killed midway
-
-    # Edits while it was down, then the same command again.
-    write_pdf(src / "k00.pdf", "kestrels hover over the kerb")
-    (src / "k01.pdf").unlink()
+    # The same command again, nothing changed meanwhile: it finishes what the first left.
     synced(cli, str(src))
     assert_index_equals(index_state(dsn, cli.data_dir, env), files_under(src))
+
+    # Killed again while applying edits and deletions, then run again.
+    for i in range(0, 40, 2):
+        (src / f"k{i:02}.pdf").unlink()
+    for i in range(1, 10, 2):
+        write_pdf(src / f"k{i:02}.pdf", f"kestrel log {i}")
+    killed_when("SELECT count(*) >= 1 FROM source_tombstones")
+    synced(cli, str(src))
+    assert_index_equals(index_state(dsn, cli.data_dir, env), files_under(src))
+    texts = " ".join(h["text"] for h in search_all(cli))
+    assert "kestrel log 1" in texts and "kittiwake log 0" not in texts
 
 
 TWO = "SELECT id, generation, source_uri FROM documents WHERE collection = 'birds-two' ORDER BY id"
