@@ -7,11 +7,13 @@ it submitted are done, with ``ingest``'s progress (see :mod:`stages.sync`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import sys
 import uuid
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -144,7 +146,8 @@ class Syncer:
             outcome = Outcome()
             if not todo.empty:
                 async with self.services.lifespan():
-                    outcome = await apply(pool, self.services, self.scanner, source, todo)
+                    with applying(todo, self.show) as step:
+                        outcome = await apply(pool, self.services, self.scanner, source, todo, step)
             else:  # a stat per file and one query: no services, no imports
                 await sources.mark_synced(pool, source.id)
         report = describe(todo, source.uri, source.collection, dry_run=False)
@@ -182,6 +185,26 @@ class Syncer:
         ]
         report.unfinished = len(docs) - report.ready - len(report.failed)
         report.interrupted = not finished
+
+
+@contextlib.contextmanager
+def applying(todo: Plan, show: bool) -> Iterator[Callable[[], None]]:
+    """A progress bar over the files being stored, moved or removed (before the stages'
+    bars: a first sync of a large folder stores every file first)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    total = len(todo.new) + len(todo.changed) + len(todo.moved) + len(todo.deleted)
+    bar = Progress(
+        TextColumn("{task.description:>7}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=Console(stderr=True),
+        disable=not show,
+    )
+    task = bar.add_task("sync", total=total)
+    with bar:
+        yield lambda: bar.advance(task)
 
 
 def check_collection(source: sources.Source, wanted: str | None) -> None:
