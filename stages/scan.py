@@ -33,6 +33,8 @@ class Entry(msgspec.Struct, frozen=True):
     uri: str
     size: int
     mtime_ns: int
+    #: Objects: the ETag (Last-Modified has whole seconds); files: None.
+    etag: str | None = None
 
 
 class Listing(msgspec.Struct, frozen=True):
@@ -176,7 +178,7 @@ class BucketScanner:
             uri = name[len(self.prefix) :]
             modified = obj.last_modified
             mtime_ns = int(modified.timestamp() * 1e9) if modified else 0
-            entries[uri] = Entry(uri=uri, size=int(obj.size or 0), mtime_ns=mtime_ns)
+            entries[uri] = Entry(uri=uri, size=int(obj.size or 0), mtime_ns=mtime_ns, etag=obj.etag)
         return Listing(entries=entries, skipped=[])
 
     async def chunks(self, uri: str) -> AsyncIterator[bytes]:

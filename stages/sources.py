@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import msgspec
 
@@ -23,6 +23,8 @@ if TYPE_CHECKING:  # stages.assets imports minio: sync of an unchanged source ne
     from stages.assets import AssetStore
 
 Q = schema.load("sources")
+#: What a listing says of a file besides its size: mtime (ns) and, for objects, the ETag.
+Stamp: TypeAlias = tuple[int, str | None]
 
 
 class Source(msgspec.Struct, frozen=True):
@@ -39,6 +41,7 @@ class Known(msgspec.Struct, frozen=True):
     sha256: str
     byte_size: int
     mtime_ns: int | None
+    etag: str | None
 
 
 class NewSourceDocument(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,6 +53,7 @@ class NewSourceDocument(msgspec.Struct, frozen=True, kw_only=True):
     asset_key: str
     uri: str
     mtime_ns: int
+    etag: str | None = None
 
 
 class SourceSummary(msgspec.Struct, frozen=True):
@@ -120,6 +124,7 @@ async def insert_document(
             source.id,
             doc.uri,
             doc.mtime_ns,
+            doc.etag,
         )
         if created is None:
             return False
@@ -127,14 +132,17 @@ async def insert_document(
         return True
 
 
-async def touch(pool: Pool, document_id: uuid.UUID, mtime_ns: int) -> None:
-    await pool.execute(Q["touch_source_document"], document_id, mtime_ns)
+async def touch(pool: Pool, document_id: uuid.UUID, mtime_ns: int, etag: str | None) -> None:
+    await pool.execute(Q["touch_source_document"], document_id, mtime_ns, etag)
 
 
 async def move(
-    pool: Pool, source: Source, document_id: uuid.UUID, uri: str, filename: str, mtime_ns: int
+    pool: Pool, source: Source, document_id: uuid.UUID, uri: str, filename: str, stamp: Stamp
 ) -> None:
-    await pool.execute(Q["move_source_document"], document_id, source.id, uri, filename, mtime_ns)
+    mtime_ns, etag = stamp
+    await pool.execute(
+        Q["move_source_document"], document_id, source.id, uri, filename, mtime_ns, etag
+    )
 
 
 async def new_version(
@@ -153,6 +161,7 @@ async def new_version(
             doc.asset_key,
             doc.mtime_ns,
             first_stage,
+            doc.etag,
         )
         if row is None:
             raise MissingInput(f"{doc.filename}: the document was deleted meanwhile")

@@ -97,7 +97,7 @@ async def plan(pool: Pool, scanner: Scanner, source_id: int | None) -> Plan:
         doc = known.get(uri)
         if doc is None:
             continue
-        if entry.size == doc.byte_size and entry.mtime_ns == doc.mtime_ns:
+        if (entry.size, entry.mtime_ns, entry.etag) == (doc.byte_size, doc.mtime_ns, doc.etag):
             out.unchanged += 1
         else:
             moved_stat.append(uri)
@@ -166,12 +166,13 @@ async def apply(
     entries = todo.entries
     for c in todo.moved:
         assert c.document_id is not None
-        mtime = entries[c.uri].mtime_ns
-        await sources.move(pool, source, c.document_id, c.uri, escape_name(c.uri), mtime)
+        e = entries[c.uri]
+        stamp = (e.mtime_ns, e.etag)
+        await sources.move(pool, source, c.document_id, c.uri, escape_name(c.uri), stamp)
         on_step()
     for c in todo.touched:
         assert c.document_id is not None
-        await sources.touch(pool, c.document_id, entries[c.uri].mtime_ns)
+        await sources.touch(pool, c.document_id, entries[c.uri].mtime_ns, entries[c.uri].etag)
 
     async def delete(c: Change) -> None:
         assert c.document_id is not None
@@ -249,6 +250,7 @@ async def _store(
         asset_key=stored.key,
         uri=change.uri,
         mtime_ns=entries[change.uri].mtime_ns,
+        etag=entries[change.uri].etag,
     )
     if change.document_id is not None:
         await sources.new_version(pool, doc, FIRST_STAGE)

@@ -24,6 +24,8 @@ ALTER TABLE documents
     ADD COLUMN source_uri text,
     -- Last modification time seen, in ns (files: st_mtime_ns; objects: Last-Modified).
     ADD COLUMN source_mtime_ns bigint,
+    -- Objects: the ETag the listing gave (Last-Modified has whole seconds; files: NULL).
+    ADD COLUMN source_etag text,
     ADD CONSTRAINT documents_source_uri CHECK ((source_id IS NULL) = (source_uri IS NULL));
 
 -- One live document per file of a source: two syncs at once cannot both create it.

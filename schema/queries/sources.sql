@@ -31,40 +31,42 @@ UPDATE sources SET synced_at = now() WHERE id = $1;
 -- name: source_documents
 -- Every document of a source with what sync compares against the files.
 -- $1 source id
-SELECT id, source_uri AS uri, sha256, byte_size, source_mtime_ns AS mtime_ns
+SELECT id, source_uri AS uri, sha256, byte_size, source_mtime_ns AS mtime_ns,
+       source_etag AS etag
 FROM documents WHERE source_id = $1;
 
 -- name: insert_source_document
 -- A new file of a source, pending at its first stage; nothing when a concurrent sync
 -- created the document first (the unique index on (source_id, source_uri)).
 -- $1 id, $2 filename, $3 media type, $4 byte size, $5 sha256, $6 asset key, $7 first stage,
--- $8 collection, $9 source id, $10 uri, $11 mtime ns
+-- $8 collection, $9 source id, $10 uri, $11 mtime ns, $12 etag
 INSERT INTO documents (id, filename, media_type, byte_size, sha256, asset_key, forced, stage,
-                       collection, source_id, source_uri, source_mtime_ns)
-VALUES ($1, $2, $3, $4, $5, $6, true, $7, $8, $9, $10, $11)
+                       collection, source_id, source_uri, source_mtime_ns, source_etag)
+VALUES ($1, $2, $3, $4, $5, $6, true, $7, $8, $9, $10, $11, $12)
 ON CONFLICT (source_id, source_uri) WHERE source_id IS NOT NULL DO NOTHING
 RETURNING id;
 
 -- name: touch_source_document
 -- Same bytes, another mtime: remember it, so the next sync costs a stat again.
--- $1 id, $2 mtime ns
-UPDATE documents SET source_mtime_ns = $2 WHERE id = $1;
+-- $1 id, $2 mtime ns, $3 etag
+UPDATE documents SET source_mtime_ns = $2, source_etag = $3 WHERE id = $1;
 
 -- name: move_source_document
 -- Same bytes at another URI (renamed or moved): the same document, no stage runs.
--- $1 id, $2 source id, $3 new uri, $4 filename, $5 mtime ns
+-- $1 id, $2 source id, $3 new uri, $4 filename, $5 mtime ns, $6 etag
 UPDATE documents
-SET source_uri = $3, filename = $4, source_mtime_ns = $5, updated_at = now()
+SET source_uri = $3, filename = $4, source_mtime_ns = $5, source_etag = $6,
+    updated_at = now()
 WHERE id = $1 AND source_id = $2
 RETURNING id;
 
 -- name: new_version
 -- Changed bytes: the document's next generation, pending at the first stage. Returns
 -- the new generation and the old original's key (superseded, see supersede_objects).
--- $1 id, $2 sha256, $3 byte size, $4 asset key, $5 mtime ns, $6 first stage
+-- $1 id, $2 sha256, $3 byte size, $4 asset key, $5 mtime ns, $6 first stage, $7 etag
 WITH old AS (SELECT id, asset_key FROM documents WHERE id = $1 FOR UPDATE)
 UPDATE documents AS d
-SET sha256 = $2, byte_size = $3, asset_key = $4, source_mtime_ns = $5,
+SET sha256 = $2, byte_size = $3, asset_key = $4, source_mtime_ns = $5, source_etag = $7,
     generation = d.generation + 1, status = 'pending', stage = $6, error = NULL,
     updated_at = now()
 FROM old
