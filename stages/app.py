@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
-from runtime.plugin import Plugin
-from stages import cli, sources, store
+from runtime.api import Plugin, Pool
+from stages import sources, store
+from stages.cli import delete, reprocess, search, verify_cmd
+from stages.cli_ingest import ingest
+from stages.cli_submit import submit
 from stages.pipeline import DEFAULT_CONCURRENCY, STAGES, build
 from stages.serve.cli import serve
 from stages.settings import PIPELINE_SETTINGS
 from stages.sync_cli import sync
 
 
-async def status_notes(pool: Any, document_id: uuid.UUID | None) -> list[str]:
+async def status_notes(pool: Pool, document_id: uuid.UUID | None) -> list[str]:
     """``status``'s lines on chunk sizes: chunks longer than the embedder's window (their
     tail is never embedded; expected 0) overall, or a document's chunk sizes."""
     if document_id is None:
@@ -35,7 +37,7 @@ async def status_notes(pool: Any, document_id: uuid.UUID | None) -> list[str]:
     ]
 
 
-async def source_notes(pool: Any) -> list[str]:
+async def source_notes(pool: Pool) -> list[str]:
     """One line per synced source: its collection, documents and tombstones."""
     return [
         f"source {s.uri} (collection {s.collection}): {s.documents} document(s), "
@@ -58,7 +60,7 @@ plugin = Plugin(
     stage_names=STAGES,
     build=build,
     default_concurrency=DEFAULT_CONCURRENCY,
-    commands=[*cli.COMMANDS, serve, sync],
+    commands=(submit, ingest, search, reprocess, delete, verify_cmd, serve, sync),
     settings=PIPELINE_SETTINGS,
     status_notes=status_notes,
 )

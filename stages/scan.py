@@ -19,8 +19,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from runtime.errors import ConfigurationError, InvalidDocument, one_line
-from runtime.names import escape_name
+from runtime.api import ConfigurationError, InvalidDocument, escape_name, one_line
 
 #: Files a source offers: the formats the pipeline parses.
 SUFFIXES = (".pdf",)
@@ -153,14 +152,14 @@ class BucketScanner:
     def from_uri(cls, source: str, env: Mapping[str, str]) -> BucketScanner:
         from minio import Minio
 
-        from stages.assets import MinioConfig
+        from stages.settings import PipelineSettings
 
         bucket, _, prefix = source.removeprefix("s3://").partition("/")
         if not bucket:
             raise ConfigurationError(f"sync: {source!r} names no bucket (s3://bucket/prefix)")
-        if not env.get("MINIO_ENDPOINT", "").strip():
+        c = PipelineSettings.from_env(env).minio
+        if c is None:
             raise ConfigurationError("sync: an s3:// source needs MINIO_ENDPOINT (and its keys)")
-        c = MinioConfig.from_env(env)
         client = Minio(
             c.endpoint, access_key=c.access_key, secret_key=c.secret_key, secure=c.secure
         )

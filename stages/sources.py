@@ -15,9 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import msgspec
 
 import schema
-from runtime.errors import MissingInput
-from runtime.models import NewJob
-from runtime.repository import Conn, JobRepository, Pool, to_struct
+from runtime.api import DbConn, JobRepository, MissingInput, NewJob, Pool, to_struct
 
 if TYPE_CHECKING:  # stages.assets imports minio: sync of an unchanged source never needs it
     from stages.assets import AssetStore
@@ -193,7 +191,7 @@ async def bury(pool: Pool, source: Source, document_id: uuid.UUID) -> None:
 
 
 async def retire_superseded(
-    db: Pool | Conn, assets: AssetStore, document_id: uuid.UUID, generation: int
+    db: Pool | DbConn, assets: AssetStore, document_id: uuid.UUID, generation: int
 ) -> int:
     """Delete the stored objects of the versions ``generation`` replaced (called once it
     is indexed); returns how many. Deleting twice is harmless, so a crash between the

@@ -21,9 +21,7 @@ from typing import TYPE_CHECKING, TypeVar
 import anyio
 import msgspec
 
-from runtime.errors import InvalidDocument, RaglineError
-from runtime.names import escape_name
-from runtime.repository import Pool
+from runtime.api import InvalidDocument, Pool, RaglineError, escape_name
 from stages import sources
 from stages.scan import Entry, Scanner, sha256_of
 

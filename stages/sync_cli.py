@@ -20,14 +20,22 @@ import anyio
 import click
 import msgspec
 
-from runtime.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, App, guarded, run_async
-from runtime.cli import worker_config as _worker_config
-from runtime.database import open_pool
-from runtime.documents import DocumentRepository
-from runtime.errors import ConfigurationError
-from runtime.models import DocumentStatus
-from runtime.names import escape_name
-from runtime.repository import Pool
+from runtime.api import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    App,
+    ConfigurationError,
+    DocumentRepository,
+    DocumentStatus,
+    EnvReader,
+    Pool,
+    escape_name,
+    guarded,
+    open_pool,
+    run_async,
+    worker_config,
+)
 from stages import sources
 from stages.scan import Scanner, scanner_for
 
@@ -111,9 +119,8 @@ def exit_code(report: SyncReport) -> int:
 class Syncer:
     """One source, one process: each :meth:`once` plans, applies and processes."""
 
-    def __init__(self, app: App, opts: dict[str, Any], scanner: Scanner, show: bool) -> None:
+    def __init__(self, app: App, scanner: Scanner, show: bool) -> None:
         self.app = app
-        self.opts = opts
         self.scanner = scanner
         self.show = show
         self._services: Services | None = None
@@ -162,12 +169,13 @@ class Syncer:
         return report
 
     async def _process(self, pool: Pool, dsn: str, ids: list[uuid.UUID]) -> bool:
-        from runtime.worker import Worker
-        from stages.cli import run_until_done
+        from runtime.api import Worker
+        from stages.cli_ingest import run_until_done
         from stages.pipeline import pipeline_for
 
         # Like ingest: every stage runs here, whatever RAGLINE_STAGES says.
-        config = _worker_config(self.app, {**self.opts, "stages": None})
+        options = msgspec.structs.replace(self.app.worker, stages=None)
+        config = worker_config(self.app.plugin, options)
         self.services.prepare(config.stages)
         worker = Worker(pipeline_for(self.services), dsn, config)
         return await run_until_done(worker, pool, ids, self.show)
@@ -241,8 +249,9 @@ class Changes:
 
 
 def poll_s_from_env() -> float:
-    raw = os.environ.get("RAGLINE_SYNC_POLL_S", "").strip()
-    return float(raw) if raw else DEFAULT_POLL_S
+    from stages.settings import PIPELINE_SETTINGS
+
+    return EnvReader(os.environ, PIPELINE_SETTINGS).number("RAGLINE_SYNC_POLL_S", DEFAULT_POLL_S)
 
 
 @click.command("sync")
@@ -272,7 +281,7 @@ def sync(
         raise click.BadParameter("lowercase letters, digits, _ and -", param_hint="--collection")
     scanner = guarded(lambda: scanner_for(source, os.environ))
     show = progress if progress is not None else sys.stderr.isatty()
-    syncer = Syncer(app, ctx.find_root().meta["worker_opts"], scanner, show)
+    syncer = Syncer(app, scanner, show)
     poll_s = poll_s_from_env()
 
     async def go(dsn: str) -> SyncReport:

@@ -20,15 +20,15 @@ import msgspec
 import pytest
 from minio import Minio
 
-from runtime.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from bench.harness.cli import Cli, Result
+from bench.harness.db import sql
+from bench.harness.fake_cohere import FakeCohere
+from bench.harness.procs import wait_for
+from runtime.cli_app import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from stages.services import Services
-from tests.support.cli import Cli, Result, pymupdf, sql
-from tests.support.fake_cohere import FakeCohere
+from tests.support.pdfs import pymupdf
 from tests.support.pipeline_env import FAKE_DIMS, cohere_env
-from tests.support.procs import wait_for
-from tests.support.s3 import S3Server, s3_server
-
-__all__ = ["s3_server"]
+from tests.support.s3 import S3Server
 
 QUIET = "--no-progress"
 
@@ -126,6 +126,20 @@ def jobs_of(dsn: str, doc_id: str) -> int:
     return int(
         sql(dsn, "SELECT count(*) FROM stage_jobs WHERE document_id = $1::uuid", doc_id)[0][0]
     )
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[S3Server]:
+    """A moto S3 server on an ephemeral loopback port."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield S3Server(endpoint=f"{host}:{port}")
+    finally:
+        server.stop()
 
 
 @pytest.fixture

@@ -12,10 +12,8 @@ import asyncpg
 import pytest
 
 from stages import sources, store
-from stages.assets import DirStore, image_key, original_key
-from tests.support.pipeline_env import anyio_backend
-
-__all__ = ["anyio_backend"]
+from stages.assets import image_key, original_key
+from stages.dir_store import DirStore
 
 pytestmark = pytest.mark.anyio
 
