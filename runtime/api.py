@@ -41,7 +41,7 @@ from runtime.errors import (
 )
 from runtime.events import DocumentEvent, EventHub
 from runtime.migrate import pending
-from runtime.models import Document, DocumentStatus, Job, JobRow, NewDocument
+from runtime.models import Document, DocumentStatus, Job, JobRow, NewDocument, NewJob
 from runtime.names import escape_name
 from runtime.plugin import BuildContext, Plugin
 from runtime.providers import ProviderSpec, ProviderState
@@ -77,6 +77,7 @@ __all__ = [
     "LeaseLost",
     "MissingInput",
     "NewDocument",
+    "NewJob",
     "PermanentError",
     "Pipeline",
     "Plugin",

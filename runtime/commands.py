@@ -161,6 +161,8 @@ def status(app: App, document: str | None, as_json: bool) -> None:
 
     result, notes = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
     if doc_id is not None and result is None:
+        for note in notes:  # e.g. a tombstone: deleted from its source
+            click.echo(note)
         click.echo(f"ragline: no document {doc_id}", err=True)
         sys.exit(EXIT_FAILED)
     if as_json:

@@ -1,5 +1,5 @@
 -- The full current schema of ragline, for reading and for the migration test.
--- Generated from schema/migrations/ (0001 to 0006); tests/migration checks they agree.
+-- Generated from schema/migrations/ (0001 to 0008); tests/migration checks they agree.
 -- Never apply this to a live database: use `python -m runtime migrate`.
 
 
@@ -20,12 +20,19 @@ CREATE TABLE documents (
     error       text,
     generation  integer NOT NULL DEFAULT 1 CHECK (generation > 0),
     created_at  timestamptz NOT NULL DEFAULT now(),
-    updated_at  timestamptz NOT NULL DEFAULT now()
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    -- The collection (tenant) the document belongs to; search, delete, verify,
+    -- reprocess and status take one.
+    collection  text NOT NULL DEFAULT 'default'
+                CONSTRAINT documents_collection_name
+                CHECK (collection ~ '^[a-z0-9][a-z0-9_-]{0,62}$')
 );
 
--- Same bytes submitted twice are the same document unless the submitter forces a copy.
-CREATE UNIQUE INDEX documents_sha256_unforced ON documents (sha256) WHERE NOT forced;
+-- Same bytes submitted twice to one collection are the same document unless the
+-- submitter forces a copy.
+CREATE UNIQUE INDEX documents_sha256_unforced ON documents (collection, sha256) WHERE NOT forced;
 CREATE INDEX documents_status ON documents (status);
+CREATE INDEX documents_collection ON documents (collection, status);
 
 CREATE TABLE stage_jobs (
     id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -244,3 +251,89 @@ CREATE TRIGGER documents_changed AFTER UPDATE ON documents
     WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.stage IS DISTINCT FROM NEW.stage
           OR OLD.generation IS DISTINCT FROM NEW.generation)
     EXECUTE FUNCTION ragline_document_event();
+
+-- The live vector collection per alias: the embedding model that answers search and the
+-- physical collection holding its points (Qdrant also keeps a real alias of that name).
+CREATE TABLE vector_aliases (
+    alias       text PRIMARY KEY,
+    model       text NOT NULL,
+    dimensions  integer NOT NULL CHECK (dimensions > 0),
+    collection  text NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- A switch of embedding model: a new physical collection is filled while search answers
+-- from the old one; the alias moves only when every ready document is in the new one.
+CREATE TABLE model_migrations (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    alias            text NOT NULL,
+    from_model       text NOT NULL,
+    from_collection  text NOT NULL,
+    to_model         text NOT NULL,
+    to_dimensions    integer NOT NULL CHECK (to_dimensions > 0),
+    to_collection    text NOT NULL,
+    state            text NOT NULL DEFAULT 'building'
+                     CHECK (state IN ('building', 'swapped', 'done', 'cancelled')),
+    started_at       timestamptz NOT NULL DEFAULT now(),
+    swapped_at       timestamptz,
+    finished_at      timestamptz
+);
+
+-- At most one unfinished migration per alias.
+CREATE UNIQUE INDEX model_migrations_one_open ON model_migrations (alias)
+    WHERE state IN ('building', 'swapped');
+
+-- Documents (at a generation) a migration already has in its new collection.
+CREATE TABLE model_migration_documents (
+    migration_id  bigint NOT NULL REFERENCES model_migrations (id) ON DELETE CASCADE,
+    document_id   uuid NOT NULL REFERENCES documents (id) ON DELETE CASCADE,
+    generation    integer NOT NULL,
+    points        integer NOT NULL CHECK (points >= 0),
+    migrated_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (migration_id, document_id)
+);
+
+-- Sources (0008): documents kept in sync with a folder or a bucket by `ragline sync`.
+CREATE TABLE sources (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    -- Canonical: an absolute folder path, or s3://bucket/prefix.
+    uri         text NOT NULL UNIQUE,
+    -- Every document of a source is in this collection.
+    collection  text NOT NULL DEFAULT 'default'
+                CONSTRAINT sources_collection_name CHECK (collection ~ '^[a-z0-9][a-z0-9_-]{0,62}$'),
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    synced_at   timestamptz
+);
+
+ALTER TABLE documents
+    ADD COLUMN source_id bigint REFERENCES sources (id),
+    ADD COLUMN source_uri text,
+    -- Last modification time seen, in ns (files: st_mtime_ns; objects: Last-Modified).
+    ADD COLUMN source_mtime_ns bigint,
+    -- Objects: the ETag the listing gave (Last-Modified has whole seconds; files: NULL).
+    ADD COLUMN source_etag text,
+    ADD CONSTRAINT documents_source_uri CHECK ((source_id IS NULL) = (source_uri IS NULL));
+
+-- One live document per file of a source: two syncs at once cannot both create it.
+CREATE UNIQUE INDEX documents_source ON documents (source_id, source_uri)
+    WHERE source_id IS NOT NULL;
+
+-- Objects (originals, images) of a document's older versions: deleted once generation
+-- `generation` (the version that replaced them) or a later one is indexed. An object a
+-- newer version still uses is kept (same key: same content).
+CREATE TABLE superseded_objects (
+    document_id  uuid NOT NULL REFERENCES documents (id) ON DELETE CASCADE,
+    generation   integer NOT NULL,
+    object_key   text NOT NULL,
+    PRIMARY KEY (document_id, object_key)
+);
+
+-- A file deleted from its source: its document is gone; this row stays for `status`.
+CREATE TABLE source_tombstones (
+    source_id    bigint NOT NULL REFERENCES sources (id) ON DELETE CASCADE,
+    source_uri   text NOT NULL,
+    document_id  uuid NOT NULL,
+    sha256       text NOT NULL,
+    deleted_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (source_id, document_id)
+);

@@ -5,13 +5,14 @@ from __future__ import annotations
 import uuid
 
 from runtime.api import Plugin, Pool
-from stages import store
+from stages import sources, store
 from stages.cli import delete, reprocess, search, verify_cmd
 from stages.cli_ingest import ingest
 from stages.cli_submit import submit
 from stages.pipeline import DEFAULT_CONCURRENCY, STAGES, build
 from stages.serve.cli import serve
 from stages.settings import PIPELINE_SETTINGS
+from stages.sync_cli import sync
 
 
 async def status_notes(pool: Pool, document_id: uuid.UUID | None) -> list[str]:
@@ -19,22 +20,47 @@ async def status_notes(pool: Pool, document_id: uuid.UUID | None) -> list[str]:
     tail is never embedded; expected 0) overall, or a document's chunk sizes."""
     if document_id is None:
         over = await store.chunks_over_window(pool)
-        return [f"chunks over the embedder's window: {over.chunks} (in {over.documents} documents)"]
+        return [
+            f"chunks over the embedder's window: {over.chunks} (in {over.documents} documents)",
+            *await source_notes(pool),
+        ]
+    origin = await sources.origin(pool, document_id)
+    notes = [] if origin is None else [origin_line(origin)]
     sizes = await store.chunk_tokens(pool, document_id)
     if not sizes.chunks:
-        return []
+        return notes
     largest = "?" if sizes.max_tokens is None else str(sizes.max_tokens)
     return [
+        *notes,
         f"text chunks: {sizes.chunks}, {sizes.tokens or 0} tokens, largest {largest}, "
-        f"over the embedder's window: {sizes.over_window}"
+        f"over the embedder's window: {sizes.over_window}",
     ]
+
+
+async def source_notes(pool: Pool) -> list[str]:
+    """One line per synced source: its collection, documents and tombstones."""
+    return [
+        f"source {s.uri} (collection {s.collection}): {s.documents} document(s), "
+        f"{s.deleted} deleted (tombstones), last synced "
+        + (f"{s.synced_at:%Y-%m-%d %H:%M:%S}" if s.synced_at else "never")
+        for s in await sources.summaries(pool)
+    ]
+
+
+def origin_line(origin: sources.Origin) -> str:
+    if origin.deleted_at is None:
+        return f"source: {origin.source} : {origin.uri}"
+    return (
+        f"deleted from source {origin.source} : {origin.uri} at "
+        f"{origin.deleted_at:%Y-%m-%d %H:%M:%S} (tombstone)"
+    )
 
 
 plugin = Plugin(
     stage_names=STAGES,
     build=build,
     default_concurrency=DEFAULT_CONCURRENCY,
-    commands=(submit, ingest, search, reprocess, delete, verify_cmd, serve),
+    commands=(submit, ingest, search, reprocess, delete, verify_cmd, serve, sync),
     settings=PIPELINE_SETTINGS,
     status_notes=status_notes,
 )

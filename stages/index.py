@@ -14,6 +14,7 @@ from typing import Any
 from runtime.api import DbConn, Job, JobContext, MissingInput
 from stages import store
 from stages.services import Services
+from stages.sources import retire_superseded
 from stages.vector_index import DOCUMENT_FIELD, GENERATION_FIELD, Point, point_ids
 
 
@@ -43,6 +44,8 @@ class IndexStage:
         # One call for the whole document (upsert, then drop other generations' points):
         # the embedded index does it under one lock and one flush.
         await index.replace_document(collection, job.document_id, job.generation, points)
+        # The older versions' points are gone now: their stored objects go too (sync).
+        await retire_superseded(ctx.pool, self.services.assets, job.document_id, job.generation)
 
     async def write(self, conn: DbConn, job: Job, output: None) -> None:
         """The points are written; the engine marks the document ready in its commit."""

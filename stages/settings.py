@@ -116,6 +116,9 @@ PIPELINE_SETTINGS: tuple[Setting, ...] = (
         maximum=MAX_SECONDS,
         unit="seconds",
     ),
+    Setting.number(
+        "RAGLINE_SYNC_POLL_S", float, minimum=0, exclusive=True, maximum=MAX_SECONDS, unit="seconds"
+    ),
     Setting.url("QDRANT_URL", _HTTP),
     Setting.text("QDRANT_API_KEY", accepts="a Qdrant API key"),
 )
