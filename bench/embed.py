@@ -24,7 +24,6 @@ server's own request counter.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -40,6 +39,7 @@ import anyio.to_thread
 import asyncpg
 import msgspec
 
+from bench.args import bench_parser
 from bench.harness.fake_cohere import FakeCohereProcess
 from bench.ingest import corpus_files, load_note
 from bench.queue import bench_database, connection, heading, pool_of, row, server_dsn, verdict
@@ -346,11 +346,7 @@ async def main(opts: Options) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.embed",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bench_parser("bench.embed", __doc__)
     parser.add_argument("--docs", type=int, help=f"corpus documents ({DEFAULT_DOCS})")
     parser.add_argument("--rpm", type=int, default=DEFAULT_RPM, help="RAGLINE_EMBED_RPM")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_DOCS} documents")

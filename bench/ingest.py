@@ -24,7 +24,6 @@ Peak RSS is the kernel's ``ru_maxrss`` of the child process (``os.wait4``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -43,6 +42,7 @@ import asyncpg
 import msgspec
 import pymupdf
 
+from bench.args import bench_parser
 from bench.harness.corpus import CORPUS_DIR, corpus_ready
 from bench.queue import bench_database, connection, heading, pool_of, row, server_dsn, verdict
 from runtime.documents import DocumentRepository
@@ -522,11 +522,7 @@ async def main(opts: Options) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.ingest",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bench_parser("bench.ingest", __doc__)
     parser.add_argument("--docs", type=int, help="corpus documents (all distinct ones)")
     parser.add_argument(
         "--repeat", type=int, default=3, help="alternating ragline/raw pairs, median (3)"

@@ -33,6 +33,7 @@ import asyncpg
 import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from bench.args import add_scale_args, bench_parser, scale_overrides
 from bench.harness.db import with_database
 from bench.harness.pipelines import STAGES, ScriptedStage
 from runtime.migrate import migrate
@@ -547,14 +548,12 @@ async def main(opts: Options) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.queue",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = bench_parser("bench.queue", __doc__)
+    add_scale_args(
+        parser,
+        docs="documents for the throughput runs (5000)",
+        repeat="alternating runs per pair (2)",
     )
-    parser.add_argument("--docs", type=int, help="documents for the throughput runs (5000)")
-    parser.add_argument("--slots", help="slots per stage, comma-separated (1,4,16)")
-    parser.add_argument("--repeat", type=int, help="alternating runs per pair (2)")
     parser.add_argument("--parts", help=f"comma-separated subset of {','.join(PARTS)}")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     args = parser.parse_args(argv)
@@ -579,13 +578,7 @@ def quick_options() -> Options:
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if args.docs is not None:
-        out["docs"] = args.docs
-    if args.repeat is not None:
-        out["repeat"] = args.repeat
-    if args.slots:
-        out["slots"] = tuple(int(s) for s in args.slots.split(","))
+    out = scale_overrides(args)
     if args.parts:
         out["parts"] = tuple(p for p in args.parts.split(",") if p in SECTIONS)
     return out
