@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
@@ -42,7 +41,16 @@ import msgspec
 from bench.args import bench_parser
 from bench.harness.fake_cohere import FakeCohereProcess
 from bench.ingest import corpus_files, load_note
-from bench.queue import bench_database, connection, heading, pool_of, row, server_dsn, verdict
+from bench.queue import (
+    banner,
+    bench_database,
+    connection,
+    heading,
+    pool_of,
+    row,
+    server_dsn,
+    verdict,
+)
 from runtime.documents import DocumentRepository
 from runtime.worker import Worker
 from runtime.worker_config import WorkerConfig
@@ -325,10 +333,8 @@ async def prepare(dsn: str, env: Mapping[str, str], files: Sequence[Path]) -> li
 
 
 async def main(opts: Options) -> None:
-    async with connection(opts.server_dsn) as conn:
-        version = await conn.fetchval("SHOW server_version")
-    print(f"ragline embed benchmark: PostgreSQL {version}, Python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} CPUs, fake Cohere server in its own process")  # fmt: skip
+    after = "fake Cohere server in its own process"
+    await banner(opts.server_dsn, "ragline embed benchmark", after=after)
     files = corpus_files(opts.docs)
     server = FakeCohereProcess("--dims", str(PROD_DIMS))
     try:

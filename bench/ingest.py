@@ -44,7 +44,16 @@ import pymupdf
 
 from bench.args import bench_parser
 from bench.harness.corpus import CORPUS_DIR, corpus_ready
-from bench.queue import bench_database, connection, heading, pool_of, row, server_dsn, verdict
+from bench.queue import (
+    banner,
+    bench_database,
+    connection,
+    heading,
+    pool_of,
+    row,
+    server_dsn,
+    verdict,
+)
 from runtime.documents import DocumentRepository
 from stages.assets import AssetStore
 from stages.dir_store import DirStore
@@ -492,12 +501,7 @@ async def section_memory(dsn: str, data_dir: Path, files: Sequence[Path], raw: R
 
 
 async def main(opts: Options) -> None:
-    async with connection(opts.server_dsn) as conn:
-        version = await conn.fetchval("SHOW server_version")
-    print(
-        f"ragline ingest benchmark: PostgreSQL {version}, Python {sys.version.split()[0]}, "
-        f"PyMuPDF {pymupdf.VersionBind}, {os.cpu_count()} CPUs"
-    )
+    await banner(opts.server_dsn, "ragline ingest benchmark", f"PyMuPDF {pymupdf.VersionBind}")
     files = corpus_files(opts.docs)
     end_to_end_heading(files, opts.repeat)
     ratios: list[float] = []

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 import random
 import statistics
 import sys
@@ -53,6 +52,7 @@ from bench.queue import (
     WORKER_SETTLE_S,
     Conn,
     Options,
+    banner,
     bench_database,
     connection,
     heading,
@@ -269,12 +269,7 @@ async def section_wake(pgq: Any, opts: Options) -> None:
 
 
 async def main(pgq: Any, opts: Options) -> None:
-    async with connection(opts.server_dsn) as conn:
-        version = await conn.fetchval("SHOW server_version")
-    print(
-        f"ragline vs PgQueuer {pgq.__version__}: PostgreSQL {version}, "
-        f"Python {sys.version.split()[0]}, uvloop, {os.cpu_count()} CPUs"
-    )
+    await banner(opts.server_dsn, f"ragline vs PgQueuer {pgq.__version__}", "uvloop")
     await section_throughput(pgq, opts)
     await section_wake(pgq, opts)
 

@@ -181,6 +181,16 @@ def row(*cells: object, widths: Sequence[int]) -> None:
 # -- the throwaway database ---------------------------------------------------------------
 
 
+async def banner(server_dsn: str, title: str, *uses: str, after: str = "") -> None:
+    """Print a benchmark's first line: what it runs on (PostgreSQL, Python, ``uses``,
+    CPUs, then ``after``)."""
+    async with connection(server_dsn) as conn:
+        version = await conn.fetchval("SHOW server_version")
+    parts = [f"PostgreSQL {version}", f"Python {sys.version.split()[0]}", *uses]
+    parts += [f"{os.cpu_count()} CPUs"] + ([after] if after else [])
+    print(f"{title}: {', '.join(parts)}")
+
+
 @contextlib.asynccontextmanager
 async def connection(dsn: str) -> AsyncIterator[Conn]:
     conn = await asyncpg.connect(dsn)
@@ -536,12 +546,7 @@ SECTIONS: dict[str, Callable[[str, Options], Awaitable[None]]] = {
 
 
 async def main(opts: Options) -> None:
-    async with connection(opts.server_dsn) as conn:
-        version = await conn.fetchval("SHOW server_version")
-    print(
-        f"ragline engine benchmark: PostgreSQL {version}, Python {sys.version.split()[0]}, "
-        f"uvloop, {os.cpu_count()} CPUs"
-    )
+    await banner(opts.server_dsn, "ragline engine benchmark", "uvloop")
     async with bench_database(opts.server_dsn) as dsn:
         for part in opts.parts:
             await SECTIONS[part](dsn, opts)
