@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 import anyio
 import asyncpg
@@ -191,24 +191,33 @@ async def banner(server_dsn: str, title: str, *uses: str, after: str = "") -> No
     print(f"{title}: {', '.join(parts)}")
 
 
+class _Closable(Protocol):
+    async def close(self) -> None: ...
+
+
+_C = TypeVar("_C", bound=_Closable)
+
+
 @contextlib.asynccontextmanager
-async def connection(dsn: str) -> AsyncIterator[Conn]:
-    conn = await asyncpg.connect(dsn)
+async def closing(resource: _C) -> AsyncIterator[_C]:
+    """``resource``, closed on the way out even when the caller is cancelled."""
     try:
-        yield conn
+        yield resource
     finally:
         with anyio.CancelScope(shield=True):
-            await conn.close()
+            await resource.close()
+
+
+@contextlib.asynccontextmanager
+async def connection(dsn: str) -> AsyncIterator[Conn]:
+    async with closing(await asyncpg.connect(dsn)) as conn:
+        yield conn
 
 
 @contextlib.asynccontextmanager
 async def pool_of(dsn: str, size: int) -> AsyncIterator[Pool]:
-    pool = await asyncpg.create_pool(dsn, min_size=0, max_size=size)
-    try:
+    async with closing(await asyncpg.create_pool(dsn, min_size=0, max_size=size)) as pool:
         yield pool
-    finally:
-        with anyio.CancelScope(shield=True):
-            await pool.close()
 
 
 @contextlib.asynccontextmanager
