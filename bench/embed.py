@@ -24,10 +24,8 @@ server's own request counter.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
-import sys
 import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
@@ -40,9 +38,19 @@ import anyio.to_thread
 import asyncpg
 import msgspec
 
+from bench.args import bench_parser
 from bench.harness.fake_cohere import FakeCohereProcess
 from bench.ingest import corpus_files, load_note
-from bench.queue import bench_database, connection, heading, pool_of, row, server_dsn, verdict
+from bench.queue import (
+    banner,
+    bench_database,
+    connection,
+    heading,
+    pool_of,
+    row,
+    server_dsn,
+    verdict,
+)
 from runtime.documents import DocumentRepository
 from runtime.worker import Worker
 from runtime.worker_config import WorkerConfig
@@ -325,10 +333,8 @@ async def prepare(dsn: str, env: Mapping[str, str], files: Sequence[Path]) -> li
 
 
 async def main(opts: Options) -> None:
-    async with connection(opts.server_dsn) as conn:
-        version = await conn.fetchval("SHOW server_version")
-    print(f"ragline embed benchmark: PostgreSQL {version}, Python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} CPUs, fake Cohere server in its own process")  # fmt: skip
+    after = "fake Cohere server in its own process"
+    await banner(opts.server_dsn, "ragline embed benchmark", after=after)
     files = corpus_files(opts.docs)
     server = FakeCohereProcess("--dims", str(PROD_DIMS))
     try:
@@ -346,11 +352,7 @@ async def main(opts: Options) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.embed",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bench_parser("bench.embed", __doc__)
     parser.add_argument("--docs", type=int, help=f"corpus documents ({DEFAULT_DOCS})")
     parser.add_argument("--rpm", type=int, default=DEFAULT_RPM, help="RAGLINE_EMBED_RPM")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_DOCS} documents")

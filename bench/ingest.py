@@ -24,7 +24,6 @@ Peak RSS is the kernel's ``ru_maxrss`` of the child process (``os.wait4``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -43,8 +42,18 @@ import asyncpg
 import msgspec
 import pymupdf
 
+from bench.args import bench_parser
 from bench.harness.corpus import CORPUS_DIR, corpus_ready
-from bench.queue import bench_database, connection, heading, pool_of, row, server_dsn, verdict
+from bench.queue import (
+    banner,
+    bench_database,
+    connection,
+    heading,
+    pool_of,
+    row,
+    server_dsn,
+    verdict,
+)
 from runtime.documents import DocumentRepository
 from stages.assets import AssetStore
 from stages.dir_store import DirStore
@@ -492,12 +501,7 @@ async def section_memory(dsn: str, data_dir: Path, files: Sequence[Path], raw: R
 
 
 async def main(opts: Options) -> None:
-    async with connection(opts.server_dsn) as conn:
-        version = await conn.fetchval("SHOW server_version")
-    print(
-        f"ragline ingest benchmark: PostgreSQL {version}, Python {sys.version.split()[0]}, "
-        f"PyMuPDF {pymupdf.VersionBind}, {os.cpu_count()} CPUs"
-    )
+    await banner(opts.server_dsn, "ragline ingest benchmark", f"PyMuPDF {pymupdf.VersionBind}")
     files = corpus_files(opts.docs)
     end_to_end_heading(files, opts.repeat)
     ratios: list[float] = []
@@ -522,11 +526,7 @@ async def main(opts: Options) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.ingest",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bench_parser("bench.ingest", __doc__)
     parser.add_argument("--docs", type=int, help="corpus documents (all distinct ones)")
     parser.add_argument(
         "--repeat", type=int, default=3, help="alternating ragline/raw pairs, median (3)"

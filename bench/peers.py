@@ -29,10 +29,8 @@ hops/s, and compare runs of the same invocation only.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
-import os
 import random
 import statistics
 import sys
@@ -45,6 +43,7 @@ import anyio
 import asyncpg
 import msgspec
 
+from bench.args import add_scale_args, bench_parser, scale_overrides
 from bench.harness.pipelines import STAGES
 from bench.queue import (
     LAST,
@@ -53,6 +52,7 @@ from bench.queue import (
     WORKER_SETTLE_S,
     Conn,
     Options,
+    banner,
     bench_database,
     connection,
     heading,
@@ -269,37 +269,24 @@ async def section_wake(pgq: Any, opts: Options) -> None:
 
 
 async def main(pgq: Any, opts: Options) -> None:
-    async with connection(opts.server_dsn) as conn:
-        version = await conn.fetchval("SHOW server_version")
-    print(
-        f"ragline vs PgQueuer {pgq.__version__}: PostgreSQL {version}, "
-        f"Python {sys.version.split()[0]}, uvloop, {os.cpu_count()} CPUs"
-    )
+    await banner(opts.server_dsn, f"ragline vs PgQueuer {pgq.__version__}", "uvloop")
     await section_throughput(pgq, opts)
     await section_wake(pgq, opts)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.peers",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = bench_parser("bench.peers", __doc__)
+    add_scale_args(
+        parser,
+        docs="documents per throughput run (2000)",
+        repeat="alternating pairs per slot count (2)",
     )
-    parser.add_argument("--docs", type=int, help="documents per throughput run (2000)")
-    parser.add_argument("--slots", help="slots per stage, comma-separated (1,4,16)")
-    parser.add_argument("--repeat", type=int, help="alternating pairs per slot count (2)")
     parser.add_argument("--quick", action="store_true", help="300 documents, slots 1,4, once")
     args = parser.parse_args(argv)
     opts = Options(server_dsn=server_dsn(), docs=2000, wake_jobs=200)
     if args.quick:
         opts = msgspec.structs.replace(opts, docs=300, slots=(1, 4), repeat=1, wake_jobs=40)
-    if args.docs is not None:
-        opts = msgspec.structs.replace(opts, docs=args.docs)
-    if args.repeat is not None:
-        opts = msgspec.structs.replace(opts, repeat=args.repeat)
-    if args.slots:
-        opts = msgspec.structs.replace(opts, slots=tuple(int(s) for s in args.slots.split(",")))
-    return opts
+    return msgspec.structs.replace(opts, **scale_overrides(args))
 
 
 if __name__ == "__main__":

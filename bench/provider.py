@@ -22,7 +22,6 @@ throwaway database on ``DATABASE_URL`` (default: the local server) and prints:
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import itertools
 import os
@@ -38,6 +37,7 @@ import anyio
 import asyncpg
 import msgspec
 
+from bench.args import bench_parser
 from bench.harness.fake_cohere import FakeCohereProcess
 from bench.harness.fleet import run_fleet, start_fleet, submit_jobs
 from bench.harness.pipelines import STAGES, ScriptedStage
@@ -387,11 +387,7 @@ def main(opts: Options) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.provider",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bench_parser("bench.provider", __doc__)
     parser.add_argument("--parts", help=f"comma-separated subset of {','.join(PARTS)}")
     parser.add_argument("--rpm", type=float, help="the fleet's budget (1200)")
     parser.add_argument("--outage-s", type=float, help="outage length (90)")

@@ -26,13 +26,14 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 import anyio
 import asyncpg
 import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from bench.args import add_scale_args, bench_parser, scale_overrides
 from bench.harness.db import with_database
 from bench.harness.pipelines import STAGES, ScriptedStage
 from runtime.migrate import migrate
@@ -180,24 +181,43 @@ def row(*cells: object, widths: Sequence[int]) -> None:
 # -- the throwaway database ---------------------------------------------------------------
 
 
+async def banner(server_dsn: str, title: str, *uses: str, after: str = "") -> None:
+    """Print a benchmark's first line: what it runs on (PostgreSQL, Python, ``uses``,
+    CPUs, then ``after``)."""
+    async with connection(server_dsn) as conn:
+        version = await conn.fetchval("SHOW server_version")
+    parts = [f"PostgreSQL {version}", f"Python {sys.version.split()[0]}", *uses]
+    parts += [f"{os.cpu_count()} CPUs"] + ([after] if after else [])
+    print(f"{title}: {', '.join(parts)}")
+
+
+class _Closable(Protocol):
+    async def close(self) -> None: ...
+
+
+_C = TypeVar("_C", bound=_Closable)
+
+
 @contextlib.asynccontextmanager
-async def connection(dsn: str) -> AsyncIterator[Conn]:
-    conn = await asyncpg.connect(dsn)
+async def closing(resource: _C) -> AsyncIterator[_C]:
+    """``resource``, closed on the way out even when the caller is cancelled."""
     try:
-        yield conn
+        yield resource
     finally:
         with anyio.CancelScope(shield=True):
-            await conn.close()
+            await resource.close()
+
+
+@contextlib.asynccontextmanager
+async def connection(dsn: str) -> AsyncIterator[Conn]:
+    async with closing(await asyncpg.connect(dsn)) as conn:
+        yield conn
 
 
 @contextlib.asynccontextmanager
 async def pool_of(dsn: str, size: int) -> AsyncIterator[Pool]:
-    pool = await asyncpg.create_pool(dsn, min_size=0, max_size=size)
-    try:
+    async with closing(await asyncpg.create_pool(dsn, min_size=0, max_size=size)) as pool:
         yield pool
-    finally:
-        with anyio.CancelScope(shield=True):
-            await pool.close()
 
 
 @contextlib.asynccontextmanager
@@ -535,26 +555,19 @@ SECTIONS: dict[str, Callable[[str, Options], Awaitable[None]]] = {
 
 
 async def main(opts: Options) -> None:
-    async with connection(opts.server_dsn) as conn:
-        version = await conn.fetchval("SHOW server_version")
-    print(
-        f"ragline engine benchmark: PostgreSQL {version}, Python {sys.version.split()[0]}, "
-        f"uvloop, {os.cpu_count()} CPUs"
-    )
+    await banner(opts.server_dsn, "ragline engine benchmark", "uvloop")
     async with bench_database(opts.server_dsn) as dsn:
         for part in opts.parts:
             await SECTIONS[part](dsn, opts)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.queue",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = bench_parser("bench.queue", __doc__)
+    add_scale_args(
+        parser,
+        docs="documents for the throughput runs (5000)",
+        repeat="alternating runs per pair (2)",
     )
-    parser.add_argument("--docs", type=int, help="documents for the throughput runs (5000)")
-    parser.add_argument("--slots", help="slots per stage, comma-separated (1,4,16)")
-    parser.add_argument("--repeat", type=int, help="alternating runs per pair (2)")
     parser.add_argument("--parts", help=f"comma-separated subset of {','.join(PARTS)}")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     args = parser.parse_args(argv)
@@ -579,13 +592,7 @@ def quick_options() -> Options:
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if args.docs is not None:
-        out["docs"] = args.docs
-    if args.repeat is not None:
-        out["repeat"] = args.repeat
-    if args.slots:
-        out["slots"] = tuple(int(s) for s in args.slots.split(","))
+    out = scale_overrides(args)
     if args.parts:
         out["parts"] = tuple(p for p in args.parts.split(",") if p in SECTIONS)
     return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -38,31 +39,21 @@ def hash_vectors(texts: Sequence[str], dims: int = ZERO_DIMS) -> list[list[float
     return unit.tolist()  # type: ignore[no-any-return]
 
 
+@dataclass(frozen=True)
 class ZeroEmbedder:
     """:class:`stages.embedder.Embedder` that costs (almost) nothing."""
 
-    def __init__(self, dims: int = ZERO_DIMS, max_batch: int = ZERO_MAX_BATCH) -> None:
-        self._dims = dims
-        self._max_batch = max_batch
+    dimensions: int = ZERO_DIMS
+    max_batch: int = ZERO_MAX_BATCH
+    #: No provider, no quota: RAGLINE_EMBED_RPM does not apply.
+    metered: bool = False
 
     @property
     def model(self) -> str:
-        return f"bench/zero@{self._dims}"
-
-    @property
-    def dimensions(self) -> int:
-        return self._dims
-
-    @property
-    def max_batch(self) -> int:
-        return self._max_batch
-
-    @property
-    def metered(self) -> bool:
-        return False  # no provider, no quota: RAGLINE_EMBED_RPM does not apply
+        return f"bench/zero@{self.dimensions}"
 
     async def embed(self, texts: Sequence[str], input_type: InputType) -> list[list[float]]:
-        return hash_vectors(texts, self._dims)
+        return hash_vectors(texts, self.dimensions)
 
     async def aclose(self) -> None:
         return None

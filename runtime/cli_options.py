@@ -17,7 +17,7 @@ from runtime.providers import (
     DEFAULT_PROBE_S,
     CircuitConfig,
 )
-from runtime.settings import MAX_CONCURRENCY, duration_s
+from runtime.settings import ENGINE_SETTINGS, MAX_CONCURRENCY, duration_s
 from runtime.worker_config import (
     DEFAULT_GRACE_S,
     DEFAULT_LEASE_S,
@@ -144,6 +144,19 @@ def env_option(*decls: str, envvar: str, **kwargs: Any) -> Callable[[Any], Any]:
     return click.option(*decls, envvar=envvar, show_envvar=True, show_default=True, **kwargs)
 
 
+#: Each flag's variable, from the settings table (a row's ``option`` names the flag's field).
+_VARIABLE = {row.option: row.name for row in ENGINE_SETTINGS if row.option}
+_DEFAULTS = WorkerOptions()
+
+
+def seconds_option(flag: str, field: str, help: str, *, positive: bool = False) -> Any:
+    """A flag in seconds setting ``field``: its variable from the settings table, its
+    default from :class:`WorkerOptions`; ``positive`` refuses 0."""
+    kind = click.FloatRange(min=0, min_open=True) if positive else float
+    default = getattr(_DEFAULTS, field)
+    return env_option(flag, field, envvar=_VARIABLE[field], default=default, type=kind, help=help)
+
+
 #: The worker flags, in ``--help`` order; :func:`worker_flags` applies them.
 _WORKER_FLAGS: tuple[Callable[[Any], Any], ...] = (
     env_option(
@@ -159,53 +172,25 @@ _WORKER_FLAGS: tuple[Callable[[Any], Any], ...] = (
         help="Worker mode: jobs in flight per stage: N, or stage=N,... "
         "[default: the pipeline's per-stage defaults].",
     ),
-    env_option(
-        "--lease",
-        "lease_s",
-        envvar="RAGLINE_LEASE_S",
-        default=DEFAULT_LEASE_S,
-        type=float,
-        help="Seconds a claimed job stays leased without a heartbeat.",
+    seconds_option("--lease", "lease_s", "Seconds a claimed job stays leased without a heartbeat."),
+    seconds_option(
+        "--heartbeat", "heartbeat_s", "Seconds between lease renewals (0: a third of the lease)."
     ),
-    env_option(
-        "--heartbeat",
-        "heartbeat_s",
-        envvar="RAGLINE_HEARTBEAT_S",
-        default=0.0,
-        type=float,
-        help="Seconds between lease renewals (0: a third of the lease).",
-    ),
-    env_option(
-        "--poll",
-        "poll_s",
-        envvar="RAGLINE_POLL_S",
-        default=DEFAULT_POLL_S,
-        type=float,
-        help="Seconds between queue polls when no NOTIFY arrives.",
-    ),
-    env_option(
+    seconds_option("--poll", "poll_s", "Seconds between queue polls when no NOTIFY arrives."),
+    seconds_option(
         "--grace",
         "grace_s",
-        envvar="RAGLINE_GRACE_S",
-        default=DEFAULT_GRACE_S,
-        type=float,
-        help="On SIGTERM/SIGINT, seconds in-flight jobs get before they are released.",
+        "On SIGTERM/SIGINT, seconds in-flight jobs get before they are released.",
     ),
-    env_option(
+    seconds_option(
         "--retry-base",
         "retry_base_s",
-        envvar="RAGLINE_RETRY_BASE_S",
-        default=DEFAULT_RETRY_BASE_S,
-        type=float,
-        help="First retry delay in seconds; doubles per attempt, capped at 300.",
+        "First retry delay in seconds; doubles per attempt, capped at 300.",
     ),
-    env_option(
+    seconds_option(
         "--rescue-every",
         "rescue_every_s",
-        envvar="RAGLINE_RESCUE_S",
-        default=DEFAULT_RESCUE_EVERY_S,
-        type=float,
-        help="Seconds between sweeps for expired leases (every worker sweeps).",
+        "Seconds between sweeps for expired leases (every worker sweeps).",
     ),
     env_option(
         "--retry-for",
@@ -225,21 +210,17 @@ _WORKER_FLAGS: tuple[Callable[[Any], Any], ...] = (
         help="Consecutive transient failures of a provider, across all processes, that open "
         "its circuit (its stages' jobs then wait queued).",
     ),
-    env_option(
+    seconds_option(
         "--probe",
         "probe_s",
-        envvar="RAGLINE_PROBE_S",
-        default=DEFAULT_PROBE_S,
-        type=click.FloatRange(min=0, min_open=True),
-        help="Seconds from a circuit opening to its first probe; doubles per failed probe.",
+        "Seconds from a circuit opening to its first probe; doubles per failed probe.",
+        positive=True,
     ),
-    env_option(
+    seconds_option(
         "--probe-max",
         "probe_max_s",
-        envvar="RAGLINE_PROBE_MAX_S",
-        default=DEFAULT_PROBE_MAX_S,
-        type=click.FloatRange(min=0, min_open=True),
-        help="Longest interval between probes of an open circuit.",
+        "Longest interval between probes of an open circuit.",
+        positive=True,
     ),
     env_option(
         "--exit-when-idle",

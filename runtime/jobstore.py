@@ -87,13 +87,16 @@ class JobStore(Protocol):
 
     Every ``now`` pins the store's clock (``None``: the store's own time). Writes that
     concern a leased job are fenced by its lease token: a lost lease changes nothing.
+    Implementations subclass it, so mypy checks each one has every method.
     """
 
     async def claim(
         self, stage: str, worker_id: str, limit: int, lease_s: float, now: datetime | None = None
     ) -> list[Job]:
-        """Lease up to ``limit`` due jobs of ``stage``, best first."""
-        ...
+        """Lease up to ``limit`` due jobs of ``stage``, best first: a :meth:`settle` that
+        completes nothing (both implementations inherit this)."""
+        settled = await self.settle((), Claim(worker_id, lease_s, {stage: limit}), now=now)
+        return settled.claimed
 
     async def heartbeat(
         self, held: Sequence[tuple[int, uuid.UUID]], lease_s: float, now: datetime | None = None

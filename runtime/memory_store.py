@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from runtime.clock import Clock
-from runtime.jobstore import PEERS_SEEN_WITHIN_S, Claim, Deferral, Rescued, Settled
+from runtime.jobstore import PEERS_SEEN_WITHIN_S, Claim, Deferral, JobStore, Rescued, Settled
 from runtime.models import Failure, Job, JobRow, JobState, NewJob
 from runtime.stage import DbConn, Writer
 
@@ -201,16 +201,10 @@ class MemoryTables:
         self.expired_connections += 1
 
 
-class MemoryStore(MemoryTables):
+class MemoryStore(MemoryTables, JobStore):
     """Jobs and workers in dicts; implements :class:`runtime.jobstore.JobStore`."""
 
     # -- the port ------------------------------------------------------------------------
-
-    async def claim(
-        self, stage: str, worker_id: str, limit: int, lease_s: float, now: datetime | None = None
-    ) -> list[Job]:
-        settled = await self.settle((), Claim(worker_id, lease_s, {stage: limit}), now=now)
-        return settled.claimed
 
     async def heartbeat(
         self, held: Sequence[tuple[int, uuid.UUID]], lease_s: float, now: datetime | None = None

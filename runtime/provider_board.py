@@ -54,6 +54,8 @@ class ProviderBoard:
         self.board: dict[str, ProviderState] = {}
         self._changed = anyio.Event()
         self._trips: dict[str, int] = dict.fromkeys(self.specs, 0)
+        #: Providers whose probe call this process is making now.
+        self._probing: set[str] = set()
 
     @property
     def active(self) -> bool:

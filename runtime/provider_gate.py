@@ -21,8 +21,9 @@ Each transition is logged once, by the process that made it, and exported as
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable
 
 import anyio
 
@@ -35,8 +36,7 @@ from runtime.errors import (
     one_line,
 )
 from runtime.provider_board import STATE, ProviderBoard, log
-from runtime.providers import CircuitConfig, ProviderSpec
-from runtime.repository import Pool
+from runtime.providers import ProviderSpec
 
 
 class _Ask:
@@ -102,16 +102,10 @@ class _Budget:
 class Providers(ProviderBoard):
     """This process's view of its stages' providers, and the gate their calls pass."""
 
-    def __init__(
-        self,
-        pool: Pool,
-        owner: str,
-        stages: Mapping[str, Sequence[ProviderSpec]],
-        circuit: CircuitConfig | None = None,
-    ) -> None:
-        super().__init__(pool, owner, stages, circuit)
-        self._budgets = {n: _Budget(self, s) for n, s in self.specs.items() if s.budgeted}
-        self._probing: set[str] = set()
+    @functools.cached_property
+    def _budgets(self) -> dict[str, _Budget]:
+        """The budgeted providers' budgets in this process (made on first use)."""
+        return {n: _Budget(self, s) for n, s in self.specs.items() if s.budgeted}
 
     # -- the gate ----------------------------------------------------------------------
 

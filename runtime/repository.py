@@ -18,7 +18,7 @@ import asyncpg
 import msgspec
 
 import schema
-from runtime.jobstore import PEERS_SEEN_WITHIN_S, Claim, Deferral, Rescued, Settled
+from runtime.jobstore import PEERS_SEEN_WITHIN_S, Claim, Deferral, JobStore, Rescued, Settled
 from runtime.models import Failure, Job, JobRow, JobState, NewJob
 from runtime.stage import DbConn, Writer
 
@@ -85,15 +85,8 @@ class WorkerRegistry:
         await self.pool.expire_connections()
 
 
-class JobRepository(WorkerRegistry):
+class JobRepository(WorkerRegistry, JobStore):
     """Jobs and workers on PostgreSQL; implements :class:`runtime.jobstore.JobStore`."""
-
-    async def claim(
-        self, stage: str, worker_id: str, limit: int, lease_s: float, now: datetime | None = None
-    ) -> list[Job]:
-        """Lease up to ``limit`` due jobs of ``stage``, best first."""
-        settled = await self.settle((), Claim(worker_id, lease_s, {stage: limit}), now=now)
-        return settled.claimed
 
     async def heartbeat(
         self, held: Sequence[tuple[int, uuid.UUID]], lease_s: float, now: datetime | None = None

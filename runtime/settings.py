@@ -91,6 +91,21 @@ class Setting(msgspec.Struct, frozen=True, kw_only=True):
         return cls(name=name, accepts=accepts, check=check, option=option, bad_examples=bad)
 
     @classmethod
+    def seconds(
+        cls, name: str, *, option: str, positive: bool = True, unit: str = "seconds"
+    ) -> Setting:
+        """A duration in seconds up to :data:`MAX_SECONDS`; ``positive=False`` admits 0."""
+        return cls.number(
+            name,
+            float,
+            minimum=0,
+            exclusive=positive,
+            maximum=MAX_SECONDS,
+            unit=unit,
+            option=option,
+        )
+
+    @classmethod
     def choice(cls, name: str, choices: Iterable[str], *, option: str | None = None) -> Setting:
         options = tuple(choices)
         return cls(
@@ -214,58 +229,17 @@ ENGINE_SETTINGS: tuple[Setting, ...] = (
         option="concurrency",
         bad_examples=("many", "0", "-3", "99999999", "parse=0", "parse=x"),
     ),
-    Setting.number(
-        "RAGLINE_LEASE_S",
-        float,
-        minimum=0,
-        exclusive=True,
-        maximum=MAX_SECONDS,
-        unit="seconds",
-        option="lease_s",
-    ),
-    Setting.number(
+    Setting.seconds("RAGLINE_LEASE_S", option="lease_s"),
+    Setting.seconds(
         "RAGLINE_HEARTBEAT_S",
-        float,
-        minimum=0,
-        maximum=MAX_SECONDS,
-        unit="seconds, 0: a third of the lease",
         option="heartbeat_s",
+        positive=False,
+        unit="seconds, 0: a third of the lease",
     ),
-    Setting.number(
-        "RAGLINE_POLL_S",
-        float,
-        minimum=0,
-        exclusive=True,
-        maximum=MAX_SECONDS,
-        unit="seconds",
-        option="poll_s",
-    ),
-    Setting.number(
-        "RAGLINE_GRACE_S",
-        float,
-        minimum=0,
-        maximum=MAX_SECONDS,
-        unit="seconds",
-        option="grace_s",
-    ),
-    Setting.number(
-        "RAGLINE_RETRY_BASE_S",
-        float,
-        minimum=0,
-        exclusive=True,
-        maximum=MAX_SECONDS,
-        unit="seconds",
-        option="retry_base_s",
-    ),
-    Setting.number(
-        "RAGLINE_RESCUE_S",
-        float,
-        minimum=0,
-        exclusive=True,
-        maximum=MAX_SECONDS,
-        unit="seconds",
-        option="rescue_every_s",
-    ),
+    Setting.seconds("RAGLINE_POLL_S", option="poll_s"),
+    Setting.seconds("RAGLINE_GRACE_S", option="grace_s", positive=False),
+    Setting.seconds("RAGLINE_RETRY_BASE_S", option="retry_base_s"),
+    Setting.seconds("RAGLINE_RESCUE_S", option="rescue_every_s"),
     Setting(
         name="RAGLINE_RETRY_FOR",
         accepts="a duration like 90s, 30m, 24h or 2d, or plain seconds (>= 0)",
@@ -276,24 +250,8 @@ ENGINE_SETTINGS: tuple[Setting, ...] = (
     Setting.number(
         "RAGLINE_CIRCUIT_FAILURES", int, minimum=1, maximum=1_000_000, option="circuit_failures"
     ),
-    Setting.number(
-        "RAGLINE_PROBE_S",
-        float,
-        minimum=0,
-        exclusive=True,
-        maximum=MAX_SECONDS,
-        unit="seconds",
-        option="probe_s",
-    ),
-    Setting.number(
-        "RAGLINE_PROBE_MAX_S",
-        float,
-        minimum=0,
-        exclusive=True,
-        maximum=MAX_SECONDS,
-        unit="seconds",
-        option="probe_max_s",
-    ),
+    Setting.seconds("RAGLINE_PROBE_S", option="probe_s"),
+    Setting.seconds("RAGLINE_PROBE_MAX_S", option="probe_max_s"),
     Setting.boolean("RAGLINE_EXIT_WHEN_IDLE", option="exit_when_idle"),
     Setting(
         name="RAGLINE_METRICS_PORT",

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from bench.harness.procs import REPO
+from bench.harness.procs import REPO, kill_and_reap
 
 #: Variables that would point a child at other services than the test's own.
 _FOREIGN_ENV = (
@@ -95,9 +95,7 @@ class Running:
         return self._err_path.read_text(errors="replace")
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        kill_and_reap(self.proc)
 
 
 def cli_env(**extra: str) -> dict[str, str]:

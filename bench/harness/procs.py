@@ -14,6 +14,13 @@ REPO = Path(__file__).resolve().parents[2]
 TEST_PIPELINE = "bench.harness.pipelines:plugin"
 
 
+def kill_and_reap(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL ``proc`` if it still runs, and reap it."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(10)
+
+
 class WorkerProcess:
     """``python -m runtime *args`` with its output in ``log``."""
 
@@ -44,9 +51,7 @@ class WorkerProcess:
         return self.log.read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        kill_and_reap(self.proc)
         self._out.close()
 
 

@@ -10,17 +10,13 @@ from pathlib import Path
 from bench.harness.db import sql
 from bench.harness.fleet import submit_jobs
 from bench.harness.procs import StartWorker, wait_for
-from tests.support.jobs import effects, job_state
+from tests.support.jobs import effects, job_state, kill_mid_chunk, running_chunk_job
 
 FAST = ("--lease", "1.5", "--heartbeat", "0.4", "--rescue-every", "0.3", "--poll", "0.2")
 
 
 def test_sigkill_mid_job_another_worker_finishes_once(dsn: str, start_worker: StartWorker) -> None:
-    submit_jobs(dsn, 1, stage="chunk")
-    doomed = start_worker(dsn, "--stages", "chunk", *FAST, RAGLINE_TEST_SLEEP="chunk=60")
-    wait_for(lambda: job_state(dsn, "chunk")[0] == "running", what="the job to start")
-    doomed.signal(signal.SIGKILL)
-    doomed.wait()
+    kill_mid_chunk(dsn, start_worker, *FAST, sleep_s=60)
     rescuer = start_worker(dsn, "--stages", "chunk", "--exit-when-idle", *FAST)
     assert rescuer.wait(30) == 0, rescuer.output()
     assert effects(dsn) == [("chunk", rescuer.pid)]
@@ -31,9 +27,7 @@ def test_sigkill_mid_job_another_worker_finishes_once(dsn: str, start_worker: St
 def test_sigstopped_worker_past_its_lease_commits_nothing(
     dsn: str, start_worker: StartWorker
 ) -> None:
-    submit_jobs(dsn, 1, stage="chunk")
-    paused = start_worker(dsn, "--stages", "chunk", *FAST, RAGLINE_TEST_SLEEP="chunk=2")
-    wait_for(lambda: job_state(dsn, "chunk")[0] == "running", what="the job to start")
+    paused = running_chunk_job(dsn, start_worker, *FAST, sleep_s=2)
     paused.signal(signal.SIGSTOP)
     try:
         other = start_worker(dsn, "--stages", "chunk", "--exit-when-idle", *FAST)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness.cli import Cli
+from bench.harness.cli import Cli, Result, Running
 from bench.harness.db import Databases, sql
 from bench.harness.procs import wait_for
 from runtime.cli_app import EXIT_OK
@@ -64,6 +64,17 @@ def storage_full_seen(dsn: str) -> bool:
     return bool(rows[0][0])
 
 
+def free_space_once_full(dsn: str, running: Running, filler: Path, what: str) -> Result:
+    """Once a job is handed back as storage full (``what``), delete ``filler`` and let the
+    command finish; its result."""
+    try:
+        wait_for(lambda: storage_full_seen(dsn), 90, what)
+        filler.unlink()
+        return running.wait()
+    finally:
+        running.kill()
+
+
 def nothing_lost(dsn: str) -> None:
     [row] = sql(
         dsn,
@@ -94,12 +105,9 @@ def test_database_disk_full(databases: Databases, tmp_path: Path) -> None:
                 running = cli.start(
                     "ingest", "samples/", log_level="info", RAGLINE_RETRY_BASE_S="0.2"
                 )
-                try:
-                    wait_for(lambda: storage_full_seen(dsn), 90, "a job handed back on disk full")
-                    filler.unlink()
-                    result = running.wait()
-                finally:
-                    running.kill()
+                result = free_space_once_full(
+                    dsn, running, filler, "a job handed back on disk full"
+                )
             finally:
                 sql(dsn, "ALTER TABLE chunks SET TABLESPACE pg_default")
                 sql(databases.server, f"DROP TABLESPACE IF EXISTS {space}")
@@ -119,12 +127,7 @@ def test_asset_store_full(dsn: str, tmp_path: Path) -> None:
         assert submitted.code == EXIT_OK, submitted
         filler = fill(assets)
         worker = cli.start("--exit-when-idle", log_level="info", RAGLINE_RETRY_BASE_S="0.2")
-        try:
-            wait_for(lambda: storage_full_seen(dsn), 90, "a parse handed back on ENOSPC")
-            filler.unlink()
-            result = worker.wait()
-        finally:
-            worker.kill()
+        result = free_space_once_full(dsn, worker, filler, "a parse handed back on ENOSPC")
         assert result.code == EXIT_OK, result
         assert "storage full: OSError: [Errno 28] No space left on device" in result.err, result
         assert "Traceback" not in result.err

@@ -50,6 +50,15 @@ def _config(server: FakeCohere, **overrides: object) -> CohereEmbedderConfig:
     return CohereEmbedderConfig(**settings)  # type: ignore[arg-type]
 
 
+async def embed_fails(embedder: Embedder, error: type[Exception], match: str) -> None:
+    """One text through ``embedder`` raises ``error`` matching ``match``; closes it."""
+    try:
+        with pytest.raises(error, match=match):
+            await embedder.embed(["a"], "search_document")
+    finally:
+        await embedder.aclose()
+
+
 @pytest.fixture
 async def cohere_embedder(server: FakeCohere) -> AsyncIterator[CohereEmbedder]:
     embedder = CohereEmbedder(_config(server))
@@ -151,22 +160,14 @@ async def test_cohere_client_errors_are_permanent(
 
 async def test_cohere_wrong_api_key_is_permanent(server: FakeCohere) -> None:
     embedder = CohereEmbedder(_config(server, api_key="wrong"))
-    try:
-        with pytest.raises(PermanentError, match=r"^cohere embed: HTTP 401: invalid api token$"):
-            await embedder.embed(["a"], "search_document")
-    finally:
-        await embedder.aclose()
+    await embed_fails(embedder, PermanentError, r"^cohere embed: HTTP 401: invalid api token$")
 
 
 async def test_cohere_timeout_is_transient(server: FakeCohere) -> None:
     embedder = CohereEmbedder(_config(server, timeout_s=0.3))
     server.add_faults([Fault(delay_s=30)])
     started = time.monotonic()
-    try:
-        with pytest.raises(TransientError, match=r"^cohere embed: timed out \(ReadTimeout\)$"):
-            await embedder.embed(["a"], "search_document")
-    finally:
-        await embedder.aclose()
+    await embed_fails(embedder, TransientError, r"^cohere embed: timed out \(ReadTimeout\)$")
     assert time.monotonic() - started < 5
     assert server.requests_to("embed") == 1
 
@@ -190,21 +191,13 @@ async def test_cohere_connection_refused_is_transient() -> None:
     with FakeCohere(dims=DIMS) as gone:
         url = gone.base_url  # a port that was just ours and now listens to nobody
     embedder = CohereEmbedder(CohereEmbedderConfig(api_key="k", base_url=url, dimensions=DIMS))
-    try:
-        with pytest.raises(TransientError, match=r"^cohere embed: connection failed \(Connect"):
-            await embedder.embed(["a"], "search_document")
-    finally:
-        await embedder.aclose()
+    await embed_fails(embedder, TransientError, r"^cohere embed: connection failed \(Connect")
 
 
 async def test_cohere_dimension_mismatch_is_permanent(server: FakeCohere) -> None:
     # Older models take no output_dimension: the server answers at its own size (32).
     embedder = CohereEmbedder(_config(server, model="embed-english-v3.0", dimensions=1024))
-    try:
-        with pytest.raises(PermanentError, match="returned 32-dim vectors, configured for 1024"):
-            await embedder.embed(["a"], "search_document")
-    finally:
-        await embedder.aclose()
+    await embed_fails(embedder, PermanentError, "returned 32-dim vectors, configured for 1024")
     assert server.snapshot().output_dimensions == {"None": 1}
 
 

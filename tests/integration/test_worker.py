@@ -64,6 +64,19 @@ async def run(pipeline: Pipeline, dsn: str, cfg: WorkerConfig, timeout_s: float 
     return worker
 
 
+def slow_parse(started: anyio.Event) -> list[ScriptedStage]:
+    """The scripted stages with a parse that sets ``started`` and then hangs (far longer
+    than any test waits): its job stays in flight until the worker cancels it."""
+
+    class Slow(ScriptedStage):
+        async def process(self, ctx: JobContext) -> Any:
+            started.set()
+            await anyio.sleep(60)
+            return 1
+
+    return [Slow("parse")] + [ScriptedStage(s) for s in STAGES[1:]]
+
+
 async def effects(pool: asyncpg.Pool[Any]) -> dict[tuple[uuid.UUID, str], int]:
     rows = await pool.fetch(
         "SELECT document_id, stage, count(*) AS n FROM test_effects GROUP BY 1, 2"
@@ -210,15 +223,8 @@ async def test_heartbeat_cancels_job_whose_lease_was_taken(
 ) -> None:
     [doc] = await submit_many(pool, 1)
     started = anyio.Event()
-
-    class Slow(ScriptedStage):
-        async def process(self, ctx: JobContext) -> Any:
-            started.set()
-            await anyio.sleep(30)
-            return 1
-
-    stages = [Slow("parse")] + [ScriptedStage(s) for s in STAGES[1:]]
-    worker = Worker(Pipeline(stages=stages), dsn, config(exit_when_idle=False, stages=("parse",)))
+    pipeline = Pipeline(stages=slow_parse(started))
+    worker = Worker(pipeline, dsn, config(exit_when_idle=False, stages=("parse",)))
     async with anyio.create_task_group() as tg:
         tg.start_soon(worker.run)
         with anyio.fail_after(10):
@@ -256,17 +262,8 @@ async def test_checkpoint_refuses_after_lease_loss(dsn: str, pool: asyncpg.Pool[
 async def test_stop_releases_inflight_jobs_after_grace(dsn: str, pool: asyncpg.Pool[Any]) -> None:
     [doc] = await submit_many(pool, 1)
     started = anyio.Event()
-
-    class Slow(ScriptedStage):
-        async def process(self, ctx: JobContext) -> Any:
-            started.set()
-            await anyio.sleep(60)
-            return 1
-
-    stages = [Slow("parse")] + [ScriptedStage(s) for s in STAGES[1:]]
-    worker = Worker(
-        Pipeline(stages=stages), dsn, config(exit_when_idle=False, stages=("parse",), grace_s=0.1)
-    )
+    pipeline = Pipeline(stages=slow_parse(started))
+    worker = Worker(pipeline, dsn, config(exit_when_idle=False, stages=("parse",), grace_s=0.1))
     async with anyio.create_task_group() as tg:
         tg.start_soon(worker.run)
         with anyio.fail_after(10):
