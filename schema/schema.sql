@@ -20,12 +20,19 @@ CREATE TABLE documents (
     error       text,
     generation  integer NOT NULL DEFAULT 1 CHECK (generation > 0),
     created_at  timestamptz NOT NULL DEFAULT now(),
-    updated_at  timestamptz NOT NULL DEFAULT now()
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    -- The collection (tenant) the document belongs to; search, delete, verify,
+    -- reprocess and status take one.
+    collection  text NOT NULL DEFAULT 'default'
+                CONSTRAINT documents_collection_name
+                CHECK (collection ~ '^[a-z0-9][a-z0-9_-]{0,62}$')
 );
 
--- Same bytes submitted twice are the same document unless the submitter forces a copy.
-CREATE UNIQUE INDEX documents_sha256_unforced ON documents (sha256) WHERE NOT forced;
+-- Same bytes submitted twice to one collection are the same document unless the
+-- submitter forces a copy.
+CREATE UNIQUE INDEX documents_sha256_unforced ON documents (collection, sha256) WHERE NOT forced;
 CREATE INDEX documents_status ON documents (status);
+CREATE INDEX documents_collection ON documents (collection, status);
 
 CREATE TABLE stage_jobs (
     id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -239,3 +246,44 @@ CREATE TRIGGER documents_changed AFTER UPDATE ON documents
     WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.stage IS DISTINCT FROM NEW.stage
           OR OLD.generation IS DISTINCT FROM NEW.generation)
     EXECUTE FUNCTION ragline_document_event();
+
+-- The live vector collection per alias: the embedding model that answers search and the
+-- physical collection holding its points (Qdrant also keeps a real alias of that name).
+CREATE TABLE vector_aliases (
+    alias       text PRIMARY KEY,
+    model       text NOT NULL,
+    dimensions  integer NOT NULL CHECK (dimensions > 0),
+    collection  text NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- A switch of embedding model: a new physical collection is filled while search answers
+-- from the old one; the alias moves only when every ready document is in the new one.
+CREATE TABLE model_migrations (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    alias            text NOT NULL,
+    from_model       text NOT NULL,
+    from_collection  text NOT NULL,
+    to_model         text NOT NULL,
+    to_dimensions    integer NOT NULL CHECK (to_dimensions > 0),
+    to_collection    text NOT NULL,
+    state            text NOT NULL DEFAULT 'building'
+                     CHECK (state IN ('building', 'swapped', 'done', 'cancelled')),
+    started_at       timestamptz NOT NULL DEFAULT now(),
+    swapped_at       timestamptz,
+    finished_at      timestamptz
+);
+
+-- At most one unfinished migration per alias.
+CREATE UNIQUE INDEX model_migrations_one_open ON model_migrations (alias)
+    WHERE state IN ('building', 'swapped');
+
+-- Documents (at a generation) a migration already has in its new collection.
+CREATE TABLE model_migration_documents (
+    migration_id  bigint NOT NULL REFERENCES model_migrations (id) ON DELETE CASCADE,
+    document_id   uuid NOT NULL REFERENCES documents (id) ON DELETE CASCADE,
+    generation    integer NOT NULL,
+    points        integer NOT NULL CHECK (points >= 0),
+    migrated_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (migration_id, document_id)
+);

@@ -7,7 +7,7 @@
 -- $8 first stage
 INSERT INTO documents (id, filename, media_type, byte_size, sha256, asset_key, forced, stage)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-ON CONFLICT (sha256) WHERE NOT forced DO NOTHING
+ON CONFLICT (collection, sha256) WHERE NOT forced DO NOTHING
 RETURNING id;
 
 -- name: find_document_by_sha256
