@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 
 from runtime.plugin import Plugin
-from stages import cli, store
+from stages import cli, model_cli, store
 from stages.pipeline import DEFAULT_CONCURRENCY, STAGES, build
 from stages.serve.cli import serve
 from stages.settings import PIPELINE_SETTINGS
@@ -17,7 +17,10 @@ async def status_notes(pool: Any, document_id: uuid.UUID | None) -> list[str]:
     tail is never embedded; expected 0) overall, or a document's chunk sizes."""
     if document_id is None:
         over = await store.chunks_over_window(pool)
-        return [f"chunks over the embedder's window: {over.chunks} (in {over.documents} documents)"]
+        lines = [
+            f"chunks over the embedder's window: {over.chunks} (in {over.documents} documents)"
+        ]
+        return lines + await model_notes(pool)
     sizes = await store.chunk_tokens(pool, document_id)
     if not sizes.chunks:
         return []
@@ -26,6 +29,25 @@ async def status_notes(pool: Any, document_id: uuid.UUID | None) -> list[str]:
         f"text chunks: {sizes.chunks}, {sizes.tokens or 0} tokens, largest {largest}, "
         f"over the embedder's window: {sizes.over_window}"
     ]
+
+
+async def model_notes(pool: Any) -> list[str]:
+    """The live embedding model and a model migration's progress."""
+    from stages import migrate_model, model_switch
+
+    lines = []
+    row = await pool.fetchrow(model_switch.Q["get_alias"], model_switch.ALIAS)
+    if row is not None:
+        lines.append(f"live embedding model: {row['model']} ({row['collection']})")
+    found = await migrate_model.progress(pool)
+    if found is not None:
+        lines.append(model_cli.describe(found))
+    counts = await pool.fetch(model_switch.Q["collection_counts"])
+    names = sorted({r["collection"] for r in counts})
+    if names != ["default"] and names:
+        per = {n: sum(int(r["n"]) for r in counts if r["collection"] == n) for n in names}
+        lines.append("collections: " + ", ".join(f"{n} {per[n]}" for n in names))
+    return lines
 
 
 plugin = Plugin(

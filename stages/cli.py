@@ -33,12 +33,13 @@ from runtime.commands import parse_ids
 from runtime.database import open_pool
 from runtime.dberrors import CONNECTION_ERRORS, is_storage_full
 from runtime.documents import DocumentRepository
-from runtime.errors import MissingInput, RaglineError, StorageFull, one_line
+from runtime.errors import RaglineError, StorageFull, one_line
 from runtime.models import Document, DocumentStatus
 from runtime.names import escape_name
 from runtime.repository import Pool
 from runtime.worker import Worker
 from stages import store
+from stages.model_cli import MODEL_COMMANDS
 from stages.pipeline import pipeline_for, services_for
 from stages.progress import watch
 
@@ -49,9 +50,25 @@ if TYPE_CHECKING:
     from stages.verify import Report
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+collection_option = click.option(
+    "--collection",
+    default="default",
+    show_default=True,
+    help="The collection (tenant) the documents belong to.",
+)
+scope_option = click.option(
+    "--collection", default=None, help="Only this collection's documents [default: all]."
+)
 force_option = click.option(
     "--force", is_flag=True, help="Submit again even if the same bytes are already there."
 )
+
+
+def checked_collection(name: str) -> str:
+    """A valid collection name, or one line and exit 2."""
+    from stages.collections import check_collection_name
+
+    return guarded(lambda: check_collection_name(name))
 
 
 class Refused(msgspec.Struct, frozen=True):
@@ -104,7 +121,11 @@ def pdfs_under(directory: Path) -> tuple[list[Path], list[Refused]]:
 
 
 async def submit_paths(
-    pool: Pool, services: Services, files: Iterable[Path], force: bool
+    pool: Pool,
+    services: Services,
+    files: Iterable[Path],
+    force: bool,
+    collection: str = "default",
 ) -> tuple[list[SubmitResult], list[Refused]]:
     from stages.submit import submit as submit_one
 
@@ -113,7 +134,9 @@ async def submit_paths(
     for path in files:
         shown = escape_name(str(path))
         try:
-            result = await submit_one(pool, services.assets, path, force=force)
+            result = await submit_one(
+                pool, services.assets, path, force=force, collection=collection
+            )
         except RaglineError as exc:
             refused.append(Refused(shown, exc.message))
             continue
@@ -142,20 +165,22 @@ def report_refused(refused: Sequence[Refused]) -> None:
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
 @force_option
+@collection_option
 @json_option
 @click.pass_obj
-def submit(app: App, paths: tuple[str, ...], force: bool, as_json: bool) -> None:
+def submit(app: App, paths: tuple[str, ...], force: bool, collection: str, as_json: bool) -> None:
     """Store PDFs and queue them for processing (files, directories, globs).
 
     A file that is not a PDF or cannot be read is refused with one line; the rest go in.
     Exit 0 when everything went in, 1 when something was refused.
     """
+    collection = checked_collection(collection)
     files, refused = expand(paths)
 
     async def go(dsn: str) -> tuple[list[SubmitResult], list[Refused]]:
         services = services_for(app.build_context())
         async with services.lifespan(), open_pool(dsn) as pool:
-            return await submit_paths(pool, services, files, force)
+            return await submit_paths(pool, services, files, force, collection)
 
     done, more = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
     refused = refused + more
@@ -204,6 +229,7 @@ def summarize(docs: Sequence[Document], refused: list[Refused], interrupted: boo
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
 @force_option
+@collection_option
 @json_option
 @click.option(
     "--progress/--no-progress",
@@ -212,7 +238,12 @@ def summarize(docs: Sequence[Document], refused: list[Refused], interrupted: boo
 )
 @click.pass_context
 def ingest(
-    ctx: click.Context, paths: tuple[str, ...], force: bool, as_json: bool, progress: bool | None
+    ctx: click.Context,
+    paths: tuple[str, ...],
+    force: bool,
+    collection: str,
+    as_json: bool,
+    progress: bool | None,
 ) -> None:
     """Submit PDFs, then run every stage in this process until they are done.
 
@@ -226,6 +257,7 @@ def ingest(
     # ingest runs every stage itself, whatever RAGLINE_STAGES says (that is for worker
     # mode): serving only some would wait forever for the others.
     config = guarded(lambda: worker_config(app, {**opts, "stages": None}))
+    collection = checked_collection(collection)
     files, refused = expand(paths)
     show = progress if progress is not None else sys.stderr.isatty()
     services = guarded(lambda: prepared_services(app, config.stages))
@@ -233,7 +265,7 @@ def ingest(
     async def go(dsn: str) -> IngestSummary:
         worker = Worker(pipeline_for(services), dsn, config)
         async with open_pool(dsn) as pool:
-            done, more = await submit_paths(pool, services, files, force)
+            done, more = await submit_paths(pool, services, files, force, collection)
             report_refused(more)
             ids = list(dict.fromkeys(d.document_id for d in done))
             finished = await run_until_done(worker, pool, ids, show)
@@ -301,24 +333,28 @@ def print_summary(summary: IngestSummary, as_json: bool) -> None:
 @click.command()
 @click.argument("query")
 @click.option("--limit", "-k", default=5, show_default=True, help="How many chunks to show.")
+@scope_option
 @json_option
 @click.pass_obj
-def search(app: App, query: str, limit: int, as_json: bool) -> None:
-    """Embed QUERY with the configured embedder and print the closest chunks."""
+def search(app: App, query: str, limit: int, collection: str | None, as_json: bool) -> None:
+    """Embed QUERY with the live embedding model and print the closest chunks (of one
+    collection with --collection)."""
     check_query(query, limit)
+    tenant = None if collection is None else checked_collection(collection)
 
-    async def go() -> list[dict[str, Any]]:
+    async def go(dsn: str) -> list[dict[str, Any]]:
+        from stages.model_switch import search_live
+
         services = services_for(app.build_context())
-        async with services.lifespan():
-            [vector] = await services.embedder.embed([query], "search_query")
-            try:
-                hits = await services.index.search(services.collection, vector, limit)
-            except MissingInput:  # nothing indexed yet with this embedding model
-                hits = []
-        return [{"score": round(h.score, 4), **h.payload} for h in hits]
+        async with services.lifespan(), open_pool(dsn) as pool:
+            # PostgreSQL names the live model and collection (a model switch moves them).
+            live, hits = await search_live(pool, services, query, limit, tenant)
+        return [
+            {"score": round(h.score, 4), **h.payload, "vector_collection": live.collection}
+            for h in hits
+        ]
 
-    # The index and the embedder answer this; PostgreSQL is not needed.
-    hits = guarded(lambda: run_async(go))
+    hits = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
     if as_json:
         click.echo(json.dumps(hits))
         return
@@ -365,32 +401,47 @@ COMMANDS: list[click.Command] = [submit, ingest, search]
     type=click.Choice(["parse", "chunk", "vision", "embed", "index"]),
     help="First stage to run again; earlier stages' checkpoints are reused.",
 )
-@click.option("--all", "all_docs", is_flag=True, help="Every document.")
-@click.option("--model", help="Documents with chunks that have no vector for this model.")
+@click.option("--all", "all_docs", is_flag=True, help="Every document (of --collection).")
+@click.option(
+    "--model",
+    help="With --from embed: switch to this embedding model (as migrate-model); "
+    "otherwise: documents with chunks that have no vector for this model.",
+)
+@scope_option
 @json_option
-@click.pass_obj
+@click.pass_context
 def reprocess(
-    app: App,
+    ctx: click.Context,
     documents: tuple[str, ...],
     from_stage: str,
     all_docs: bool,
     model: str | None,
+    collection: str | None,
     as_json: bool,
 ) -> None:
     """Run documents again from a stage: bumps their generation, cancels live jobs of the
     old one and reuses the checkpoints of the stages before it."""
+    app: App = ctx.obj
     ids = parse_ids(documents)
     if sum(bool(x) for x in (ids, all_docs, model)) != 1:
         raise click.UsageError("give document ids, --all or --model (one of them)")
+    if model and from_stage == "embed":
+        from stages.model_cli import migrate_model
+
+        ctx.invoke(migrate_model, model=model, as_json=as_json)
+        return
+    tenant = None if collection is None else checked_collection(collection)
 
     async def go(dsn: str) -> list[dict[str, Any]]:
         async with open_pool(dsn) as pool:
             docs = DocumentRepository(pool)
             targets = ids or (
-                await docs.all_ids()
+                await docs.all_ids(tenant)
                 if all_docs
                 else await store.documents_missing_model(pool, model or "")
             )
+            if tenant is not None:  # only that collection's documents
+                targets = [d.id for d in await docs.get_many(targets) if d.collection == tenant]
             out = []
             for doc_id in targets:
                 generation = await docs.reprocess(doc_id, from_stage)
@@ -410,11 +461,14 @@ def reprocess(
 
 @click.command()
 @click.argument("documents", nargs=-1, required=True)
+@scope_option
 @json_option
 @click.pass_obj
-def delete(app: App, documents: tuple[str, ...], as_json: bool) -> None:
-    """Delete documents: their rows, stored files and points in the vector index."""
+def delete(app: App, documents: tuple[str, ...], collection: str | None, as_json: bool) -> None:
+    """Delete documents: their rows, stored files and points in the vector index (with
+    --collection, only documents of that collection; others count as not found)."""
     ids = parse_ids(documents)
+    tenant = None if collection is None else checked_collection(collection)
 
     async def go(dsn: str) -> list[str]:
         from stages.assets import document_prefix
@@ -423,7 +477,7 @@ def delete(app: App, documents: tuple[str, ...], as_json: bool) -> None:
         services = services_for(app.build_context())
         async with services.lifespan(), open_pool(dsn) as pool:
             docs = DocumentRepository(pool)
-            found = [d.id for d in await docs.get_many(ids)]
+            found = [d.id for d in await docs.get_many(ids) if tenant in (None, d.collection)]
             for doc_id in found:
                 # Stop workers first (new generation), then remove what lives outside.
                 await docs.reprocess(doc_id, "parse", max_attempts=1)
@@ -445,21 +499,24 @@ def delete(app: App, documents: tuple[str, ...], as_json: bool) -> None:
 
 @click.command("verify")
 @click.option("--repair", is_flag=True, help="Enqueue the jobs that fix what is found.")
+@scope_option
 @json_option
 @click.pass_obj
-def verify_cmd(app: App, repair: bool, as_json: bool) -> None:
+def verify_cmd(app: App, repair: bool, collection: str | None, as_json: bool) -> None:
     """Reconcile chunks in PostgreSQL with the vector index and the asset store.
 
     Reports missing, extra (duplicate or orphan) and stale-generation points and missing
     files per document. Exit 0 when clean, 1 when something was found.
     """
 
+    tenant = None if collection is None else checked_collection(collection)
+
     async def go(dsn: str) -> Report:
         from stages import verify as verify_mod
 
         services = services_for(app.build_context())
         async with services.lifespan(), open_pool(dsn) as pool:
-            report = await verify_mod.verify(pool, services)
+            report = await verify_mod.verify(pool, services, tenant)
             if repair:
                 await verify_mod.repair(pool, services, report)
             return report
@@ -492,3 +549,4 @@ def verify_cmd(app: App, repair: bool, as_json: bool) -> None:
 
 
 COMMANDS.extend([reprocess, delete, verify_cmd])
+COMMANDS.extend(MODEL_COMMANDS)

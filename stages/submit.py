@@ -21,6 +21,7 @@ from runtime.errors import InvalidDocument, one_line
 from runtime.models import NewDocument
 from runtime.names import escape_name
 from stages.assets import AssetStore, Stored, original_key
+from stages.collections import check_collection_name
 
 FIRST_STAGE = "parse"
 PDF = "application/pdf"
@@ -87,6 +88,7 @@ async def submit(
     conn: asyncpg.Connection[Any] | None = None,
     force: bool = False,
     max_attempts: int = 3,
+    collection: str = "default",
 ) -> Submitted:
     """Store ``path`` and enqueue its parse; same bytes again → the same document.
 
@@ -95,15 +97,16 @@ async def submit(
     cheap hash only skips files already submitted.
     """
     docs = DocumentRepository(pool)
+    check_collection_name(collection)
     if not force:
-        existing = await docs.find_by_sha256(inspect_file(path).sha256)
+        existing = await docs.find_by_sha256(inspect_file(path).sha256, collection)
         if existing is not None:
             return Submitted(document_id=existing.id, created=False)
     doc_id = uuid.uuid4()
     stored = await assets.put_stream(_pdf_chunks(path), PDF, lambda sha: original_key(doc_id, sha))
     result: Submitted | None = None
     try:
-        result = await _record(docs, stored, doc_id, path, conn, force, max_attempts)
+        result = await _record(docs, stored, doc_id, path, conn, force, max_attempts, collection)
         return result
     finally:
         if result is None or not result.created:  # no original without its own row
@@ -119,9 +122,10 @@ async def _record(
     conn: asyncpg.Connection[Any] | None,
     force: bool,
     max_attempts: int,
+    collection: str,
 ) -> Submitted:
     if not force:  # the file may have changed since the first hash
-        existing = await docs.find_by_sha256(stored.sha256)
+        existing = await docs.find_by_sha256(stored.sha256, collection)
         if existing is not None:
             return Submitted(document_id=existing.id, created=False)
     new = NewDocument(
@@ -132,6 +136,7 @@ async def _record(
         sha256=stored.sha256,
         asset_key=stored.key,
         forced=force,
+        collection=collection,
     )
     # Not created: lost a race with a concurrent submit of the same bytes.
     return await docs.submit(new, FIRST_STAGE, conn=conn, max_attempts=max_attempts)

@@ -55,11 +55,20 @@ class ServeServices:
 
         return collection_name(self.embedder.model, self.embedder.dimensions)
 
+    def embedder_for(self, model: str) -> Embedder:
+        """The embedder of model key ``model`` (see :mod:`stages.model_switch`)."""
+        from stages.model_switch import embedder_for
+
+        return embedder_for(self, model)
+
     @contextlib.asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
         try:
             yield
         finally:
+            from stages.model_switch import close_embedders
+
+            await close_embedders(self)
             for name in ("embedder", "index", "assets"):
                 service = self.__dict__.pop(name, None)
                 if service is not None:
