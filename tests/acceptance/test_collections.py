@@ -1,0 +1,114 @@
+"""Collections through the CLI: two collections on one database and one index; search,
+delete, verify and reprocess in one never see the other's documents. Counted in the
+vector index itself (verify scans it), over real PostgreSQL, a real data dir and a local
+Cohere-compatible server."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from tests.support.cli import Cli, sql
+from tests.support.pipeline_env import TimedCohere, cohere_env
+from tests.support.pipeline_env import fake_cohere as fake_cohere
+from tests.support.procs import REPO
+
+SAMPLES = REPO / "samples"
+
+
+@pytest.fixture
+def cli(dsn: str, tmp_path: Path, fake_cohere: TimedCohere) -> Iterator[Cli]:
+    yield Cli(dsn, tmp_path / "data", tmp_path / "logs", **cohere_env(fake_cohere))
+
+
+def ids_by_collection(dsn: str) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for r in sql(dsn, "SELECT id::text, filename, collection, status::text FROM documents"):
+        assert r["status"] == "ready", dict(r)
+        out.setdefault(r["collection"], {})[r["filename"]] = r["id"]
+    return out
+
+
+def test_two_collections_never_see_each_other(cli: Cli, dsn: str, tmp_path: Path) -> None:
+    alpha_dir, beta_dir = tmp_path / "alpha", tmp_path / "beta"
+    for folder, names in (
+        (alpha_dir, ("lighthouses.pdf", "sourdough.pdf")),
+        (beta_dir, ("rust-borrow-checker.pdf", "sourdough.pdf")),
+    ):
+        folder.mkdir()
+        for name in names:
+            shutil.copy(SAMPLES / name, folder / name)
+    for name, folder in (("alpha", alpha_dir), ("beta", beta_dir)):
+        done = cli.run("ingest", str(folder), "--collection", name, "--json")
+        assert done.code == EXIT_OK, done
+    ids = ids_by_collection(dsn)
+    # The same bytes in two collections are two documents.
+    assert set(ids) == {"alpha", "beta"}
+    assert ids["alpha"]["sourdough.pdf"] != ids["beta"]["sourdough.pdf"]
+    alpha, beta = set(ids["alpha"].values()), set(ids["beta"].values())
+
+    s_alpha, s_beta, s_all, v_alpha, v_beta = cli.run_all(
+        ("search", "sourdough starter", "-k", "500", "--collection", "alpha", "--json"),
+        ("search", "sourdough starter", "-k", "500", "--collection", "beta", "--json"),
+        ("search", "sourdough starter", "-k", "500", "--json"),
+        ("verify", "--collection", "alpha", "--json"),
+        ("verify", "--collection", "beta", "--json"),
+    )
+    for result in (s_alpha, s_beta, s_all, v_alpha, v_beta):
+        assert result.code == EXIT_OK, result
+    # Every point of a collection, and nothing else.
+    chunks = {
+        r["id"]: r["n"]
+        for r in sql(dsn, "SELECT document_id::text AS id, count(*) AS n FROM chunks GROUP BY 1")
+    }
+    for result, own, name in ((s_alpha, alpha, "alpha"), (s_beta, beta, "beta")):
+        hits = result.json()
+        assert {h["document_id"] for h in hits} == own
+        assert {h["collection"] for h in hits} == {name}
+        assert len(hits) == sum(chunks[d] for d in own)
+    assert {h["document_id"] for h in s_all.json()} == alpha | beta
+    assert v_alpha.json()["documents"] == 2 and v_alpha.json()["problems"] == []
+    assert v_alpha.json()["points"] == sum(chunks[d] for d in alpha)
+    assert v_beta.json()["points"] == sum(chunks[d] for d in beta)
+
+    # delete in alpha cannot reach beta's document, even by id.
+    beta_sourdough = ids["beta"]["sourdough.pdf"]
+    refused = cli.run("delete", beta_sourdough, "--collection", "alpha", "--json")
+    assert refused.code == EXIT_FAILED, refused
+    assert refused.json() == {"deleted": [], "missing": [beta_sourdough]}
+    alpha_sourdough = ids["alpha"]["sourdough.pdf"]
+    deleted = cli.run("delete", alpha_sourdough, "--collection", "alpha", "--json")
+    assert deleted.code == EXIT_OK, deleted
+
+    # reprocess --all in beta touches beta only.
+    again = cli.run("reprocess", "--from", "index", "--all", "--collection", "beta", "--json")
+    assert again.code == EXIT_OK, again
+    assert {r["document_id"] for r in again.json()} == beta
+    worker = cli.run("--exit-when-idle")
+    assert worker.code == EXIT_OK, worker
+
+    s_beta, v_all, v_alpha = cli.run_all(
+        ("search", "sourdough starter", "-k", "500", "--collection", "beta", "--json"),
+        ("verify", "--json"),
+        ("verify", "--collection", "alpha", "--json"),
+    )
+    assert beta_sourdough in {h["document_id"] for h in s_beta.json()}
+    assert len(s_beta.json()) == sum(chunks[d] for d in beta)
+    assert v_all.code == EXIT_OK and v_all.json()["problems"] == [], v_all
+    assert v_all.json()["documents"] == 3
+    assert v_alpha.json()["documents"] == 1
+    assert v_alpha.json()["points"] == chunks[ids["alpha"]["lighthouses.pdf"]]
+    generations = dict(
+        sql(dsn, "SELECT collection, max(generation) FROM documents GROUP BY collection")
+    )
+    assert generations == {"alpha": 1, "beta": 2}
+
+
+def test_a_bad_collection_name_is_one_line_and_exit_2(cli: Cli) -> None:
+    result = cli.run("submit", str(SAMPLES / "sourdough.pdf"), "--collection", "Bad Name!")
+    assert result.code == EXIT_USAGE, result
+    assert len(result.err_lines) == 1 and "invalid collection name 'Bad Name!'" in result.err
