@@ -102,9 +102,10 @@ def test_two_collections_never_see_each_other(cli: Cli, dsn: str, tmp_path: Path
     assert v_all.json()["documents"] == 3
     assert v_alpha.json()["documents"] == 1
     assert v_alpha.json()["points"] == chunks[ids["alpha"]["lighthouses.pdf"]]
-    generations = dict(
-        sql(dsn, "SELECT collection, max(generation) FROM documents GROUP BY collection")
-    )
+    generations = {
+        r["collection"]: r["g"]
+        for r in sql(dsn, "SELECT collection, max(generation) AS g FROM documents GROUP BY 1")
+    }
     assert generations == {"alpha": 1, "beta": 2}
 
 

@@ -16,6 +16,7 @@ from stages.edge_index import EdgeIndex, EdgeIndexConfig
 from stages.qdrant_index import QdrantConfig, QdrantIndex
 from stages.vector_index import (
     COLLECTION_FIELD,
+    Hit,
     VectorIndex,
     collection_name,
     new_point,
@@ -69,8 +70,8 @@ async def test_search_and_scan_see_only_their_collection(index: VectorIndex) -> 
     legacy = await put(index, OLD, None, 2)  # no field: belongs to "default"
     dflt = await put(index, OLD, "default", 3)
 
-    def docs(hits: list[object]) -> set[str]:
-        return {h.payload["document_id"] for h in hits}  # type: ignore[attr-defined]
+    def docs(hits: list[Hit]) -> set[str]:
+        return {h.payload["document_id"] for h in hits}
 
     assert docs(await index.search(OLD, vec(0), 100, tenant="alpha")) == {str(alpha)}
     assert docs(await index.search(OLD, vec(0), 100, tenant="beta")) == {str(beta)}
