@@ -5,7 +5,7 @@ probe runs in a thread all the while. ``migrate-model`` to model B is SIGKILLed 
 (its embed calls for B are slowed so it is caught with some documents done); a document
 uploaded during the migration is indexed into both collections by the workers; status
 shows the progress; the same command run again resumes without embedding again what was
-done, swaps, and deletes A's collection. Every answer the probe got came whole from one
+done (run as ``reprocess --from embed --model B``), swaps, and deletes A's collection. Every answer the probe got came whole from one
 collection and was complete: every document, every chunk, the query's own chunk first at
 score 1 (the query was embedded by the model of the collection it searched), A's answers
 strictly before B's, never an empty one.
@@ -165,7 +165,8 @@ def test_migration_killed_midway_resumes_and_search_never_sees_half(
 
         # -- resumed: only what was missing is embedded -----------------------------------
         before = server.document_requests.get("embed-b", 0)
-        resumed = cli.run("migrate-model", MODEL_B, "--json")
+        # (reprocess --from embed --model is the same command)
+        resumed = cli.run("reprocess", "--from", "embed", "--model", MODEL_B, "--json")
         assert resumed.code == EXIT_OK, resumed
         assert resumed.json() | {"id": 0} == {
             "id": 0,
