@@ -62,9 +62,7 @@ class DocumentRepository:
             doc.collection,
         )
         if new_id is None:
-            existing = await conn.fetchrow(
-                D["find_document_by_sha256"], doc.sha256, doc.collection
-            )
+            existing = await conn.fetchrow(D["find_document_by_sha256"], doc.sha256, doc.collection)
             if existing is None:  # deleted between the two statements
                 raise asyncpg.exceptions.SerializationError("document vanished; retry")
             return Submitted(document_id=existing["id"], created=False)

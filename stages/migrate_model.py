@@ -22,11 +22,13 @@ from the old collection, after it from the new one.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import msgspec
 
 from runtime.errors import ConfigurationError, RaglineError, TransientError
@@ -50,10 +52,15 @@ from stages.model_switch import (
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from stages.embedder import Embedder
     from stages.services import Services
 
 #: Documents fetched per round of the backfill.
 BATCH = 32
+#: Tries per embedding request before the migrator gives up (a rerun resumes).
+EMBED_TRIES = 8
+
+log = logging.getLogger(__name__)
 
 
 class Busy(RaglineError):
@@ -198,7 +205,7 @@ async def _vectors(
     todo = [(sha, text) for sha, text in texts.items() if sha not in cached]
     for start in range(0, len(todo), embedder.max_batch):
         part = todo[start : start + embedder.max_batch]
-        vectors = await embedder.embed([t for _, t in part], "search_document")
+        vectors = await _embed(embedder, [t for _, t in part])
         async with pool.acquire() as conn:
             items = [(sha, vec) for (sha, _), vec in zip(part, vectors, strict=True)]
             await store.insert_embeddings(conn, target.model, items)
@@ -208,6 +215,21 @@ async def _vectors(
     if any(r.vector is None for r in rows):  # its chunks changed under us: a reprocess
         raise TransientError(f"document {document_id}: chunks changed while migrating")
     return rows
+
+
+async def _embed(embedder: Embedder, texts: list[str]) -> list[list[float]]:
+    """Embed, retrying the provider's transient faults (5xx, 429, timeouts) with capped
+    backoff; after :data:`EMBED_TRIES` the error ends the run (running it again resumes)."""
+    for attempt in range(EMBED_TRIES):
+        try:
+            return await embedder.embed(texts, "search_document")
+        except TransientError as exc:
+            if attempt == EMBED_TRIES - 1:
+                raise
+            delay = exc.retry_after_s or min(2.0**attempt, 60.0)
+            log.warning("model migration: %s; retrying in %.1f s", exc.message, delay)
+            await anyio.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 def _job(document_id: uuid.UUID, generation: int, filename: str) -> Job:

@@ -113,3 +113,45 @@ def test_a_bad_collection_name_is_one_line_and_exit_2(cli: Cli) -> None:
     result = cli.run("submit", str(SAMPLES / "sourdough.pdf"), "--collection", "Bad Name!")
     assert result.code == EXIT_USAGE, result
     assert len(result.err_lines) == 1 and "invalid collection name 'Bad Name!'" in result.err
+
+
+def test_http_upload_and_search_take_a_collection(cli: Cli, dsn: str) -> None:
+    from tests.support.serve import running_server
+
+    sourdough, light = SAMPLES / "sourdough.pdf", SAMPLES / "lighthouses.pdf"
+    with running_server(cli) as server, server.client() as http:
+        raw = http.post(
+            "/v1/documents",
+            params={"collection": "alpha"},
+            content=sourdough.read_bytes(),
+            headers={"Content-Disposition": 'attachment; filename="sourdough.pdf"'},
+        )
+        assert raw.status_code == 202, raw.text
+        form = http.post(
+            "/v1/documents",
+            files={"file": (light.name, light.read_bytes(), "application/pdf")},
+            data={"collection": "beta"},
+        )
+        assert form.status_code == 202, form.text
+        # The same bytes in another collection: a new document, not the first one.
+        same = http.post(
+            "/v1/documents",
+            files={"file": (sourdough.name, sourdough.read_bytes(), "application/pdf")},
+            data={"collection": "beta"},
+        )
+        assert same.status_code == 202 and same.json()["id"] != raw.json()["id"], same.text
+        bad = http.post(
+            "/v1/documents", params={"collection": "No/Good"}, content=sourdough.read_bytes()
+        )
+        assert bad.status_code == 400 and "invalid collection name" in bad.json()["detail"]
+        assert cli.run("--exit-when-idle").code == EXIT_OK
+
+        alpha = http.get("/v1/search", params={"q": "lens", "k": 100, "collection": "alpha"})
+        beta = http.get("/v1/search", params={"q": "lens", "k": 100, "collection": "beta"})
+        assert {h["document_id"] for h in alpha.json()} == {raw.json()["id"]}
+        assert {h["document_id"] for h in beta.json()} == {form.json()["id"], same.json()["id"]}
+        assert http.get("/v1/search", params={"q": "x", "collection": "A B"}).status_code == 400
+    rows = sql(dsn, "SELECT id::text, collection FROM documents ORDER BY collection")
+    assert sorted((r["collection"], r["id"]) for r in rows) == sorted(
+        [("alpha", raw.json()["id"]), ("beta", form.json()["id"]), ("beta", same.json()["id"])]
+    )

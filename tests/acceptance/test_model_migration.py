@@ -4,11 +4,11 @@ Six documents are ingested with model A (a local Cohere-compatible server). A se
 probe runs in a thread all the while. ``migrate-model`` to model B is SIGKILLed midway
 (its embed calls for B are slowed so it is caught with some documents done); a document
 uploaded during the migration is indexed into both collections by the workers; status
-shows the progress; the same command run again resumes without embedding again what was
-done (run as ``reprocess --from embed --model B``), swaps, and deletes A's collection. Every answer the probe got came whole from one
-collection and was complete: every document, every chunk, the query's own chunk first at
-score 1 (the query was embedded by the model of the collection it searched), A's answers
-strictly before B's, never an empty one.
+shows the progress; the same command run again (as ``reprocess --from embed --model B``)
+resumes without embedding again what was done, swaps, and deletes A's collection. Every
+answer the probe got came whole from one collection and was complete: every document,
+every chunk, the query's own chunk first at score 1 (the query was embedded by the model
+of the collection it searched), A's answers strictly before B's, never an empty one.
 """
 
 from __future__ import annotations
