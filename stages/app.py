@@ -32,13 +32,11 @@ async def status_notes(pool: Any, document_id: uuid.UUID | None) -> list[str]:
 
 
 async def model_notes(pool: Any) -> list[str]:
-    """The live embedding model and a model migration's progress."""
+    """A model migration's progress, and documents per collection (when there are
+    collections beside ``default``); nothing otherwise."""
     from stages import migrate_model, model_switch
 
     lines = []
-    row = await pool.fetchrow(model_switch.Q["get_alias"], model_switch.ALIAS)
-    if row is not None:
-        lines.append(f"live embedding model: {row['model']} ({row['collection']})")
     found = await migrate_model.progress(pool)
     if found is not None:
         lines.append(model_cli.describe(found))
