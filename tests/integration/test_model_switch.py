@@ -147,3 +147,30 @@ def test_unknown_model_keys_are_refused_in_one_line() -> None:
             model_switch.embedder_for_key({"COHERE_API_KEY": "k"}, key)
     with pytest.raises(ConfigurationError, match="needs COHERE_API_KEY"):
         model_switch.embedder_for_key({}, "cohere/embed-b@64")
+
+
+async def test_a_document_reprocessed_while_migrated_is_done_again_at_its_generation(
+    tmp_path: Path, dsn: str, fake_cohere: TimedCohere
+) -> None:
+    index = SharedIndex(QdrantConfig(location=":memory:"))
+    async with pipeline_env(dsn, tmp_path, **cohere_env(fake_cohere)) as env:
+        doc = (await env.submit(sample("sourdough.pdf"))).document_id
+        await run_pipeline(env, index)
+        svc = services(env, index)
+        migration = await migrate_model.begin(env.pool, svc, MODEL_B)
+        await index.ensure_collection(migration.to_collection, FAKE_DIMS)
+        [row] = await env.pool.fetch(model_switch.Q["migration_todo"], migration.id, 10)
+        # The document moves to generation 2 after the migrator read it at generation 1.
+        assert await env.docs.reprocess(doc, "index") == 2
+        await migrate_model.migrate_document(env.pool, svc, migration, row)
+        # Not recorded, and what it wrote (generation 1) is gone again.
+        assert await env.pool.fetchval("SELECT count(*) FROM model_migration_documents") == 0
+        assert await index.count(migration.to_collection, doc) == 0
+        await run_pipeline(env, index)  # generation 2 ready (B's vectors were cached)
+        done = await migrate_model.migrate(env.pool, svc, MODEL_B)
+        assert (done.ready, done.migrated) == (1, 1)
+        refs = await index.scan(migration.to_collection, doc)
+        chunks = await env.chunks(doc)
+        assert len(refs) == len(chunks) and {r.generation for r in refs} == {2}
+        await svc.aclose()
+    await QdrantIndex.aclose(index)
