@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
-from runtime.plugin import Plugin
-from stages import cli, model_cli, store
+from runtime.api import Plugin, Pool
+from stages import model_cli, store
+from stages.cli import delete, reprocess, search, verify_cmd
+from stages.cli_ingest import ingest
+from stages.cli_submit import submit
 from stages.pipeline import DEFAULT_CONCURRENCY, STAGES, build
 from stages.serve.cli import serve
 from stages.settings import PIPELINE_SETTINGS
 
 
-async def status_notes(pool: Any, document_id: uuid.UUID | None) -> list[str]:
+async def status_notes(pool: Pool, document_id: uuid.UUID | None) -> list[str]:
     """``status``'s lines on chunk sizes: chunks longer than the embedder's window (their
     tail is never embedded; expected 0) overall, or a document's chunk sizes."""
     if document_id is None:
         over = await store.chunks_over_window(pool)
-        lines = [
+        over_line = (
             f"chunks over the embedder's window: {over.chunks} (in {over.documents} documents)"
-        ]
-        return lines + await model_notes(pool)
+        )
+        return [over_line, *await model_notes(pool)]
     sizes = await store.chunk_tokens(pool, document_id)
     if not sizes.chunks:
         return []
@@ -31,7 +33,7 @@ async def status_notes(pool: Any, document_id: uuid.UUID | None) -> list[str]:
     ]
 
 
-async def model_notes(pool: Any) -> list[str]:
+async def model_notes(pool: Pool) -> list[str]:
     """A model migration's progress, and documents per collection (when there are
     collections beside ``default``); nothing otherwise."""
     from stages import migrate_model, model_switch
@@ -52,7 +54,16 @@ plugin = Plugin(
     stage_names=STAGES,
     build=build,
     default_concurrency=DEFAULT_CONCURRENCY,
-    commands=[*cli.COMMANDS, serve],
+    commands=(
+        submit,
+        ingest,
+        search,
+        reprocess,
+        delete,
+        verify_cmd,
+        serve,
+        *model_cli.MODEL_COMMANDS,
+    ),
     settings=PIPELINE_SETTINGS,
     status_notes=status_notes,
 )

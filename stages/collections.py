@@ -19,8 +19,7 @@ import uuid
 from typing import Any
 
 import schema
-from runtime.errors import ConfigurationError
-from runtime.repository import Pool
+from runtime.api import ConfigurationError, Pool
 from stages.vector_index import COLLECTION_FIELD
 
 Q = schema.load("model_switch")

@@ -13,9 +13,7 @@ from typing import Any
 
 import msgspec
 
-from runtime.errors import MissingInput
-from runtime.models import Job
-from runtime.stage import DbConn, JobContext
+from runtime.api import DbConn, Job, JobContext, MissingInput
 from stages import model_switch, store
 from stages.collections import DEFAULT_COLLECTION, document_collection
 from stages.services import Services

@@ -31,9 +31,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
-from runtime.errors import ConfigurationError, RaglineError, TransientError
-from runtime.models import Job
-from runtime.repository import Pool
+from runtime.api import ConfigurationError, Job, Pool, RaglineError, TransientError
 from stages import store
 from stages.model_switch import (
     ALIAS,
@@ -52,7 +50,7 @@ from stages.model_switch import (
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from stages.embedder import Embedder
+    from stages.embedder_protocol import Embedder
     from stages.services import Services
 
 #: Documents fetched per round of the backfill.

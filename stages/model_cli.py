@@ -1,4 +1,5 @@
-"""Commands for collections and the embedding model: ``migrate-model`` and ``collections``."""
+"""Commands for collections and the embedding model: ``migrate-model`` and ``collections``,
+and the ``--collection`` options the other commands share."""
 
 from __future__ import annotations
 
@@ -10,14 +11,28 @@ import click
 import msgspec
 
 import schema
-from runtime.cli import EXIT_FAILED, EXIT_OK, App, guarded, run_async
-from runtime.database import open_pool
+from runtime.api import EXIT_FAILED, EXIT_OK, App, guarded, json_option, open_pool, run_async
 from stages.pipeline import services_for
 
 if TYPE_CHECKING:
     from stages.migrate_model import Progress
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+collection_option = click.option(
+    "--collection",
+    default="default",
+    show_default=True,
+    help="The collection (tenant) the documents belong to.",
+)
+scope_option = click.option(
+    "--collection", default=None, help="Only this collection's documents [default: all]."
+)
+
+
+def checked_collection(name: str) -> str:
+    """A valid collection name, or one line and exit 2."""
+    from stages.collections import check_collection_name
+
+    return guarded(lambda: check_collection_name(name))
 
 
 def describe(p: Progress) -> str:

@@ -25,13 +25,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 import schema
-from runtime.errors import ConfigurationError, MissingInput
-from runtime.repository import Pool
-from runtime.stage import DbConn
+from runtime.api import ConfigurationError, DbConn, MissingInput, Pool, TransientError
 from stages.vector_index import Hit, collection_name
 
 if TYPE_CHECKING:
-    from stages.embedder import Embedder
+    from stages.embedder_protocol import Embedder
     from stages.vector_index import VectorIndex
 
 
@@ -144,8 +142,6 @@ async def confirm_written(conn: DbConn, written: list[str]) -> Live:
     """In an index job's commit: wait for a swap in progress (share lock on the alias
     row) and check the job wrote the collection that is live now. A swap that committed
     first and moved search to a collection this job did not write makes it retry."""
-    from runtime.errors import TransientError
-
     row = await conn.fetchrow(Q["share_alias"], ALIAS)
     if row is None:
         raise TransientError("vector alias row missing; retrying")
@@ -172,7 +168,8 @@ def embedder_for_key(env: Mapping[str, str], key: str) -> Embedder:
     """An embedder for a model key as :attr:`Embedder.model` spells it:
     ``local/all-MiniLM-L6-v2-int8`` (or ``local``) or ``cohere/<model>@<dimensions>``
     (Cohere's key and URL come from the environment)."""
-    from stages.embedder import LocalEmbedder, embedder_from_env
+    from stages.embedder import LocalEmbedder, embedder_for
+    from stages.settings import PipelineSettings
 
     if key in ("local", LOCAL_KEY):
         return LocalEmbedder()
@@ -184,13 +181,9 @@ def embedder_for_key(env: Mapping[str, str], key: str) -> Embedder:
         )
     if not env.get("COHERE_API_KEY", "").strip():
         raise ConfigurationError(f"embedding model {key} needs COHERE_API_KEY")
-    return embedder_from_env(
-        {
-            **env,
-            "RAGLINE_EMBEDDER": "cohere",
-            "RAGLINE_EMBED_MODEL": model,
-            "RAGLINE_EMBED_DIMENSIONS": dims,
-        }
+    configured = PipelineSettings.from_env(env).embed
+    return embedder_for(
+        msgspec.structs.replace(configured, kind="cohere", model=model, dimensions=int(dims))
     )
 
 

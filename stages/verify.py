@@ -24,10 +24,7 @@ from collections import defaultdict
 
 import msgspec
 
-from runtime.documents import DocumentRepository
-from runtime.errors import MissingInput
-from runtime.models import Document, DocumentStatus
-from runtime.repository import Pool
+from runtime.api import Document, DocumentRepository, DocumentStatus, MissingInput, Pool
 from stages import store
 from stages.model_switch import Services as IndexServices
 from stages.services import Services

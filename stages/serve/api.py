@@ -18,12 +18,18 @@ from litestar.datastructures import State
 from litestar.params import Parameter
 
 import schema
-from runtime.commands import stage_table, timeline
-from runtime.documents import DocumentRepository
-from runtime.errors import ConfigurationError, MissingInput
-from runtime.models import Document, JobRow
-from runtime.providers import ProviderState
-from runtime.repository import JobRepository, to_struct
+from runtime.api import (
+    ConfigurationError,
+    Document,
+    DocumentRepository,
+    JobRepository,
+    JobRow,
+    MissingInput,
+    ProviderState,
+    stage_table,
+    timeline,
+    to_struct,
+)
 from stages import model_switch
 from stages import store as pipeline_store
 from stages.collections import check_collection_name

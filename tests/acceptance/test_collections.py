@@ -11,13 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from tests.support.cli import Cli, sql
-from tests.support.pipeline_env import TimedCohere, cohere_env
-from tests.support.pipeline_env import fake_cohere as fake_cohere
-from tests.support.procs import REPO
+from bench.harness.cli import Cli
+from bench.harness.db import sql
+from bench.harness.procs import REPO
+from runtime.cli_app import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from tests.support.pipeline_env import FAKE_DIMS, TimedCohere, cohere_env
 
 SAMPLES = REPO / "samples"
+
+
+@pytest.fixture
+def fake_cohere() -> Iterator[TimedCohere]:
+    with TimedCohere(dims=FAKE_DIMS) as server:
+        yield server
 
 
 @pytest.fixture
@@ -116,7 +122,7 @@ def test_a_bad_collection_name_is_one_line_and_exit_2(cli: Cli) -> None:
 
 
 def test_http_upload_and_search_take_a_collection(cli: Cli, dsn: str) -> None:
-    from tests.support.serve import running_server
+    from bench.harness.serve import running_server
 
     sourdough, light = SAMPLES / "sourdough.pdf", SAMPLES / "lighthouses.pdf"
     with running_server(cli) as server, server.client() as http:

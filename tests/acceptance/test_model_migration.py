@@ -26,10 +26,11 @@ import asyncpg
 import msgspec
 import pytest
 
-from runtime.cli import EXIT_OK
-from tests.support.cli import Cli, sql
+from bench.harness.cli import Cli
+from bench.harness.db import sql
+from bench.harness.procs import REPO, wait_for
+from runtime.cli_app import EXIT_OK
 from tests.support.pipeline_env import FAKE_DIMS, TimedCohere, cohere_env, long_pdf
-from tests.support.procs import REPO, wait_for
 
 SAMPLES = REPO / "samples"
 MODEL_A = f"cohere/embed-v4.0@{FAKE_DIMS}"

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from runtime.worker import Worker, WorkerConfig
+from runtime.worker import Worker
+from runtime.worker_config import WorkerConfig
 from stages import migrate_model, model_switch
 from stages.pipeline import pipeline_for
 from stages.qdrant_index import QdrantConfig, QdrantIndex
@@ -26,8 +27,6 @@ from tests.support.pipeline_env import (
     pipeline_env,
     sample,
 )
-from tests.support.pipeline_env import anyio_backend as anyio_backend
-from tests.support.pipeline_env import fake_cohere as fake_cohere
 
 pytestmark = pytest.mark.anyio
 
