@@ -59,9 +59,10 @@ class DocumentRepository:
             doc.asset_key,
             doc.forced,
             stage,
+            doc.collection,
         )
         if new_id is None:
-            existing = await conn.fetchrow(D["find_document_by_sha256"], doc.sha256)
+            existing = await conn.fetchrow(D["find_document_by_sha256"], doc.sha256, doc.collection)
             if existing is None:  # deleted between the two statements
                 raise asyncpg.exceptions.SerializationError("document vanished; retry")
             return Submitted(document_id=existing["id"], created=False)
@@ -98,16 +99,17 @@ class DocumentRepository:
     async def get_many(self, ids: Sequence[uuid.UUID]) -> list[Document]:
         return [_document(r) for r in await self.pool.fetch(D["get_documents"], list(ids))]
 
-    async def find_by_sha256(self, sha256: str) -> Document | None:
-        row = await self.pool.fetchrow(D["find_document_by_sha256"], sha256)
+    async def find_by_sha256(self, sha256: str, collection: str = "default") -> Document | None:
+        row = await self.pool.fetchrow(D["find_document_by_sha256"], sha256, collection)
         return _document(row) if row else None
 
     async def delete(self, ids: Sequence[uuid.UUID], conn: Conn | None = None) -> list[uuid.UUID]:
         rows = await (conn or self.pool).fetch(D["delete_documents"], list(ids))
         return [r["id"] for r in rows]
 
-    async def all_ids(self) -> list[uuid.UUID]:
-        return [r["id"] for r in await self.pool.fetch(D["all_document_ids"])]
+    async def all_ids(self, collection: str | None = None) -> list[uuid.UUID]:
+        """Every document's id, or those of one collection."""
+        return [r["id"] for r in await self.pool.fetch(D["all_document_ids"], collection)]
 
     async def list(self, status: str | None = None, limit: int = 100) -> list[Document]:
         return [_document(r) for r in await self.pool.fetch(D["list_documents"], status, limit)]

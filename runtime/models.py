@@ -62,6 +62,8 @@ class NewDocument(msgspec.Struct, frozen=True, kw_only=True):
     asset_key: str | None = None
     forced: bool = False
     id: uuid.UUID = msgspec.field(default_factory=uuid.uuid4)
+    #: The collection (tenant) the document belongs to.
+    collection: str = "default"
 
 
 class Document(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,6 +79,7 @@ class Document(msgspec.Struct, frozen=True, kw_only=True):
     generation: int
     created_at: datetime
     updated_at: datetime
+    collection: str = "default"
 
 
 class JobRow(msgspec.Struct, frozen=True, kw_only=True):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 from runtime.api import Plugin, Pool
-from stages import sources, store
+from stages import model_cli, sources, store
 from stages.cli import delete, reprocess, search, verify_cmd
 from stages.cli_ingest import ingest
 from stages.cli_submit import submit
@@ -20,10 +20,10 @@ async def status_notes(pool: Pool, document_id: uuid.UUID | None) -> list[str]:
     tail is never embedded; expected 0) overall, or a document's chunk sizes."""
     if document_id is None:
         over = await store.chunks_over_window(pool)
-        return [
-            f"chunks over the embedder's window: {over.chunks} (in {over.documents} documents)",
-            *await source_notes(pool),
-        ]
+        over_line = (
+            f"chunks over the embedder's window: {over.chunks} (in {over.documents} documents)"
+        )
+        return [over_line, *await model_notes(pool), *await source_notes(pool)]
     origin = await sources.origin(pool, document_id)
     notes = [] if origin is None else [origin_line(origin)]
     sizes = await store.chunk_tokens(pool, document_id)
@@ -56,11 +56,38 @@ def origin_line(origin: sources.Origin) -> str:
     )
 
 
+async def model_notes(pool: Pool) -> list[str]:
+    """A model migration's progress, and documents per collection (when there are
+    collections beside ``default``); nothing otherwise."""
+    from stages import migrate_model, model_switch
+
+    lines = []
+    found = await migrate_model.progress(pool)
+    if found is not None:
+        lines.append(model_cli.describe(found))
+    counts = await pool.fetch(model_switch.Q["collection_counts"])
+    names = sorted({r["collection"] for r in counts})
+    if names != ["default"] and names:
+        per = {n: sum(int(r["n"]) for r in counts if r["collection"] == n) for n in names}
+        lines.append("collections: " + ", ".join(f"{n} {per[n]}" for n in names))
+    return lines
+
+
 plugin = Plugin(
     stage_names=STAGES,
     build=build,
     default_concurrency=DEFAULT_CONCURRENCY,
-    commands=(submit, ingest, search, reprocess, delete, verify_cmd, serve, sync),
+    commands=(
+        submit,
+        ingest,
+        search,
+        reprocess,
+        delete,
+        verify_cmd,
+        serve,
+        sync,
+        *model_cli.MODEL_COMMANDS,
+    ),
     settings=PIPELINE_SETTINGS,
     status_notes=status_notes,
 )

@@ -20,7 +20,6 @@ from runtime.api import (
     EXIT_USAGE,
     App,
     DocumentRepository,
-    MissingInput,
     escape_name,
     guarded,
     json_option,
@@ -29,6 +28,7 @@ from runtime.api import (
     run_async,
 )
 from stages import store
+from stages.model_cli import checked_collection, migrate_model, scope_option
 from stages.pipeline import STAGES, services_for
 
 if TYPE_CHECKING:
@@ -38,24 +38,28 @@ if TYPE_CHECKING:
 @click.command()
 @click.argument("query")
 @click.option("--limit", "-k", default=5, show_default=True, help="How many chunks to show.")
+@scope_option
 @json_option
 @click.pass_obj
-def search(app: App, query: str, limit: int, as_json: bool) -> None:
-    """Embed QUERY with the configured embedder and print the closest chunks."""
+def search(app: App, query: str, limit: int, collection: str | None, as_json: bool) -> None:
+    """Embed QUERY with the live embedding model and print the closest chunks (of one
+    collection with --collection)."""
     check_query(query, limit)
+    tenant = None if collection is None else checked_collection(collection)
 
-    async def go() -> list[dict[str, Any]]:
+    async def go(dsn: str) -> list[dict[str, Any]]:
+        from stages.model_switch import search_live
+
         services = services_for(app.build_context())
-        async with services.lifespan():
-            [vector] = await services.embedder.embed([query], "search_query")
-            try:
-                hits = await services.index.search(services.collection, vector, limit)
-            except MissingInput:  # nothing indexed yet with this embedding model
-                hits = []
-        return [{"score": round(h.score, 4), **h.payload} for h in hits]
+        async with services.lifespan(), open_pool(dsn) as pool:
+            # PostgreSQL names the live model and collection (a model switch moves them).
+            live, hits = await search_live(pool, services, query, limit, tenant)
+        return [
+            {"score": round(h.score, 4), **h.payload, "vector_collection": live.collection}
+            for h in hits
+        ]
 
-    # The index and the embedder answer this; PostgreSQL is not needed.
-    hits = guarded(lambda: run_async(go))
+    hits = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
     if as_json:
         click.echo(json.dumps(hits))
         return
@@ -101,32 +105,45 @@ def check_query(query: str, limit: int) -> None:
     type=click.Choice(STAGES),
     help="First stage to run again; earlier stages' checkpoints are reused.",
 )
-@click.option("--all", "all_docs", is_flag=True, help="Every document.")
-@click.option("--model", help="Documents with chunks that have no vector for this model.")
+@click.option("--all", "all_docs", is_flag=True, help="Every document (of --collection).")
+@click.option(
+    "--model",
+    help="With --from embed: switch to this embedding model (as migrate-model); "
+    "otherwise: documents with chunks that have no vector for this model.",
+)
+@scope_option
 @json_option
-@click.pass_obj
+@click.pass_context
 def reprocess(
-    app: App,
+    ctx: click.Context,
     documents: tuple[str, ...],
     from_stage: str,
     all_docs: bool,
     model: str | None,
+    collection: str | None,
     as_json: bool,
 ) -> None:
     """Run documents again from a stage: bumps their generation, cancels live jobs of the
     old one and reuses the checkpoints of the stages before it."""
+    app: App = ctx.obj
     ids = parse_ids(documents)
     if sum(bool(x) for x in (ids, all_docs, model)) != 1:
         raise click.UsageError("give document ids, --all or --model (one of them)")
+    if model and from_stage == "embed":
+        ctx.invoke(migrate_model, model=model, as_json=as_json)
+        return
+    tenant = None if collection is None else checked_collection(collection)
 
     async def go(dsn: str) -> list[dict[str, Any]]:
         async with open_pool(dsn) as pool:
             docs = DocumentRepository(pool)
             targets = ids or (
-                await docs.all_ids()
+                await docs.all_ids(tenant)
                 if all_docs
                 else await store.documents_missing_model(pool, model or "")
             )
+            if tenant is not None:  # only that collection's documents
+                targets = [d.id for d in await docs.get_many(targets) if d.collection == tenant]
             out = []
             for doc_id in targets:
                 generation = await docs.reprocess(doc_id, from_stage)
@@ -146,11 +163,14 @@ def reprocess(
 
 @click.command()
 @click.argument("documents", nargs=-1, required=True)
+@scope_option
 @json_option
 @click.pass_obj
-def delete(app: App, documents: tuple[str, ...], as_json: bool) -> None:
-    """Delete documents: their rows, stored files and points in the vector index."""
+def delete(app: App, documents: tuple[str, ...], collection: str | None, as_json: bool) -> None:
+    """Delete documents: their rows, stored files and points in the vector index (with
+    --collection, only documents of that collection; others count as not found)."""
     ids = parse_ids(documents)
+    tenant = None if collection is None else checked_collection(collection)
 
     async def go(dsn: str) -> list[str]:
         from stages.assets import document_prefix
@@ -159,7 +179,7 @@ def delete(app: App, documents: tuple[str, ...], as_json: bool) -> None:
         services = services_for(app.build_context())
         async with services.lifespan(), open_pool(dsn) as pool:
             docs = DocumentRepository(pool)
-            found = [d.id for d in await docs.get_many(ids)]
+            found = [d.id for d in await docs.get_many(ids) if tenant in (None, d.collection)]
             for doc_id in found:
                 # Stop workers first (new generation), then remove what lives outside.
                 await docs.reprocess(doc_id, STAGES[0], max_attempts=1)
@@ -181,21 +201,24 @@ def delete(app: App, documents: tuple[str, ...], as_json: bool) -> None:
 
 @click.command("verify")
 @click.option("--repair", is_flag=True, help="Enqueue the jobs that fix what is found.")
+@scope_option
 @json_option
 @click.pass_obj
-def verify_cmd(app: App, repair: bool, as_json: bool) -> None:
+def verify_cmd(app: App, repair: bool, collection: str | None, as_json: bool) -> None:
     """Reconcile chunks in PostgreSQL with the vector index and the asset store.
 
     Reports missing, extra (duplicate or orphan) and stale-generation points and missing
     files per document. Exit 0 when clean, 1 when something was found.
     """
 
+    tenant = None if collection is None else checked_collection(collection)
+
     async def go(dsn: str) -> Report:
         from stages import verify as verify_mod
 
         services = services_for(app.build_context())
         async with services.lifespan(), open_pool(dsn) as pool:
-            report = await verify_mod.verify(pool, services)
+            report = await verify_mod.verify(pool, services, tenant)
             if repair:
                 await verify_mod.repair(pool, services, report)
             return report

@@ -31,6 +31,7 @@ from runtime.api import (
     worker_config,
 )
 from stages.cli_submit import Refused, expand, force_option, report_refused, submit_paths
+from stages.model_cli import checked_collection, collection_option
 from stages.pipeline import pipeline_for, services_for
 from stages.progress import watch
 
@@ -70,6 +71,7 @@ def summarize(docs: Sequence[Document], refused: list[Refused], interrupted: boo
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
 @force_option
+@collection_option
 @json_option
 @click.option(
     "--progress/--no-progress",
@@ -78,7 +80,12 @@ def summarize(docs: Sequence[Document], refused: list[Refused], interrupted: boo
 )
 @click.pass_obj
 def ingest(
-    app: App, paths: tuple[str, ...], force: bool, as_json: bool, progress: bool | None
+    app: App,
+    paths: tuple[str, ...],
+    force: bool,
+    collection: str,
+    as_json: bool,
+    progress: bool | None,
 ) -> None:
     """Submit documents, then run every stage in this process until they are done.
 
@@ -91,6 +98,7 @@ def ingest(
     # mode): serving only some would wait forever for the others.
     options = msgspec.structs.replace(app.worker, stages=None)
     config = guarded(lambda: worker_config(app.plugin, options))
+    collection = checked_collection(collection)
     files, refused = expand(paths)
     show = progress if progress is not None else sys.stderr.isatty()
     services = guarded(lambda: prepared_services(app, config.stages))
@@ -98,7 +106,7 @@ def ingest(
     async def go(dsn: str) -> IngestSummary:
         worker = Worker(pipeline_for(services), dsn, config)
         async with open_pool(dsn) as pool:
-            done, more = await submit_paths(pool, services, files, force)
+            done, more = await submit_paths(pool, services, files, force, collection)
             report_refused(more)
             ids = list(dict.fromkeys(d.document_id for d in done))
             finished = await run_until_done(worker, pool, ids, show)

@@ -30,6 +30,7 @@ from runtime.api import (
     open_pool,
     run_async,
 )
+from stages.model_cli import checked_collection, collection_option
 from stages.pipeline import services_for
 
 # The services pull in PyMuPDF, onnxruntime, qdrant-client and minio (seconds of imports):
@@ -95,7 +96,11 @@ def pdfs_under(directory: Path) -> tuple[list[Path], list[Refused]]:
 
 
 async def submit_paths(
-    pool: Pool, services: Services, files: Iterable[Path], force: bool
+    pool: Pool,
+    services: Services,
+    files: Iterable[Path],
+    force: bool,
+    collection: str = "default",
 ) -> tuple[list[SubmitResult], list[Refused]]:
     from stages.submit import submit as submit_one
 
@@ -104,7 +109,9 @@ async def submit_paths(
     for path in files:
         shown = escape_name(str(path))
         try:
-            result = await submit_one(pool, services.assets, path, force=force)
+            result = await submit_one(
+                pool, services.assets, path, force=force, collection=collection
+            )
         except RaglineError as exc:
             refused.append(Refused(shown, exc.message))
             continue
@@ -133,9 +140,10 @@ def report_refused(refused: Sequence[Refused]) -> None:
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
 @force_option
+@collection_option
 @json_option
 @click.pass_obj
-def submit(app: App, paths: tuple[str, ...], force: bool, as_json: bool) -> None:
+def submit(app: App, paths: tuple[str, ...], force: bool, collection: str, as_json: bool) -> None:
     """Store documents and queue them for processing (files, directories, globs).
 
     PDF, XPS, EPUB, MOBI, FB2, CBZ, SVG, PNG, JPEG, TIFF, DOCX, HTML, Markdown and text,
@@ -143,12 +151,13 @@ def submit(app: App, paths: tuple[str, ...], force: bool, as_json: bool) -> None
     with one line; the rest go in.
     Exit 0 when everything went in, 1 when something was refused.
     """
+    collection = checked_collection(collection)
     files, refused = expand(paths)
 
     async def go(dsn: str) -> tuple[list[SubmitResult], list[Refused]]:
         services = services_for(app.build_context())
         async with services.lifespan(), open_pool(dsn) as pool:
-            return await submit_paths(pool, services, files, force)
+            return await submit_paths(pool, services, files, force, collection)
 
     done, more = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
     refused = refused + more

@@ -10,6 +10,8 @@ seconds per 50k points on 2 cores and would hold the lock that long).
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -21,6 +23,7 @@ import qdrant_edge as qe
 from runtime.api import MissingInput, PermanentError, TransientError, one_line
 from stages.edge_session import EdgeIndexConfig, Session, Sessions, ensure_shard
 from stages.vector_index import (
+    COLLECTION_FIELD,
     DOCUMENT_FIELD,
     GENERATION_FIELD,
     SCROLL_PAGE,
@@ -54,6 +57,20 @@ def _edge_filter(
     return qe.Filter(must=must, must_not=must_not)
 
 
+def _tenant_filter(tenant: str | None, document_id: uuid.UUID | None = None) -> qe.Filter | None:
+    """Points of one tenant collection (``default`` also matches points written before
+    collections existed, which carry no field), optionally of one document."""
+    if tenant is None:
+        return None if document_id is None else _edge_filter(document_id)
+    match: Any = qe.FieldCondition(COLLECTION_FIELD, match=qe.MatchValue(tenant))
+    if tenant == "default":
+        match = qe.Filter(should=[match, qe.IsEmptyCondition(COLLECTION_FIELD)])
+    must: list[Any] = [match]
+    if document_id is not None:
+        must.append(qe.FieldCondition(DOCUMENT_FIELD, match=qe.MatchValue(str(document_id))))
+    return qe.Filter(must=must)
+
+
 def _edge_failure(exc: Exception, what: str) -> Exception:
     message = one_line(f"embedded vector index {what}: {exc}")
     # WouldBlock: something outside ragline's lock holds the shard open; it may let go.
@@ -80,8 +97,9 @@ class EdgeIndex:
     async def ensure_collection(self, name: str, dimensions: int) -> None:
         if dimensions <= 0:
             raise ValueError(f"dimensions must be positive, not {dimensions}")
-        # Idempotent, so once per process is enough (collections are never dropped).
-        if self._dimensions.get(name) == dimensions:
+        # Idempotent, so once per process is enough while the shard stays (a model switch
+        # drops the old collection: then it is created again if asked for).
+        if self._dimensions.get(name) == dimensions and (self.config.root / name).is_dir():
             return
         await self._run(name, "ensure_collection", lambda s: ensure_shard(s.path, dimensions))
         self._dimensions[name] = dimensions
@@ -124,14 +142,21 @@ class EdgeIndex:
     async def point_ids(self, collection: str, document_id: uuid.UUID) -> list[uuid.UUID]:
         return [ref.id for ref in await self.scan(collection, document_id)]
 
-    async def scan(self, collection: str, document_id: uuid.UUID | None = None) -> list[PointRef]:
-        query = None if document_id is None else _edge_filter(document_id)
+    async def scan(
+        self, collection: str, document_id: uuid.UUID | None = None, *, tenant: str | None = None
+    ) -> list[PointRef]:
+        query = _tenant_filter(tenant, document_id)
         scroll = _scroll_refs(query)
         return await self._run(collection, "scroll", lambda s: scroll(s.require(collection)))
 
-    async def search(self, collection: str, vector: Sequence[float], limit: int) -> list[Hit]:
+    async def search(
+        self, collection: str, vector: Sequence[float], limit: int, *, tenant: str | None = None
+    ) -> list[Hit]:
         request = qe.SearchRequest(
-            query=qe.Query.Nearest(list(vector)), limit=limit, with_payload=True
+            query=qe.Query.Nearest(list(vector)),
+            limit=limit,
+            filter=_tenant_filter(tenant),
+            with_payload=True,
         )
 
         def run(session: Session) -> list[Hit]:
@@ -141,6 +166,25 @@ class EdgeIndex:
             ]
 
         return await self._run(collection, "search", run)
+
+    async def drop_collection(self, name: str) -> None:
+        def run(session: Session) -> None:
+            # Under the collection's flock: no other process has the shard open.
+            if session.shard is not None:
+                session.shard.close()
+                session.shard = None
+            session.dirty = False
+            if session.path.is_dir():
+                # Renamed first, so a crash mid-delete leaves no half shard under the name.
+                doomed = session.path.with_name(f".tmp-drop-{name}-{uuid.uuid4().hex}")
+                os.rename(session.path, doomed)
+                shutil.rmtree(doomed, ignore_errors=True)
+
+        await self._run(name, "drop_collection", run)
+        self._dimensions.pop(name, None)
+
+    async def point_alias(self, alias: str, collection: str) -> None:
+        """The embedded index's alias is the row in PostgreSQL (vector_aliases)."""
 
     async def collections(self) -> list[str]:
         root = self.config.root

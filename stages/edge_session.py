@@ -59,7 +59,12 @@ import msgspec
 import qdrant_edge as qe
 
 from runtime.api import ConfigurationError, PermanentError
-from stages.vector_index import DEFAULT_BATCH, DOCUMENT_FIELD, missing_collection
+from stages.vector_index import (
+    COLLECTION_FIELD,
+    DEFAULT_BATCH,
+    DOCUMENT_FIELD,
+    missing_collection,
+)
 
 __all__ = ["EdgeIndexConfig", "Session", "Sessions", "ensure_shard", "is_wanted", "lock_collection"]
 
@@ -324,6 +329,8 @@ def _create_shard(path: Path, dimensions: int) -> None:
         try:
             keyword = qe.PayloadSchemaType.Keyword
             shard.update(qe.UpdateOperation.create_field_index(DOCUMENT_FIELD, keyword))
+            tenant = qe.KeywordIndexParams(is_tenant=True)
+            shard.update(qe.UpdateOperation.create_field_index(COLLECTION_FIELD, tenant))
             shard.flush()
         finally:
             shard.close()

@@ -18,7 +18,7 @@ from typing import Any
 from prometheus_client import Counter
 
 from runtime.api import DbConn, InvalidDocument, Job, JobContext, ProviderSpec
-from stages import store
+from stages import model_switch, store
 from stages.services import Services
 
 CACHE_HITS = Counter("ragline_embed_cache_hits", "Chunks whose vector was already cached")
@@ -55,13 +55,19 @@ class EmbedStage:
                 f"{ctx.job.filename}: no text found to index (a scanned PDF needs "
                 "RAGLINE_VISION=ocr or cohere)"
             )
-        model = self.services.embedder.model
         texts = {c.sha256: c.text for c in chunks}  # same text twice is embedded once
+        # The live model, and a model switch's target while it builds (both get vectors,
+        # so the index stage can write both collections).
+        for model in (await model_switch.targets(ctx.pool, self.services)).models:
+            await self.embed_texts(ctx, model, texts)
+
+    async def embed_texts(self, ctx: JobContext, model: str, texts: dict[str, str]) -> None:
+        """Vectors of ``model`` for ``{sha256: text}``: cache first, misses in batches."""
         cached = await store.cached(ctx.pool, model, list(texts))
         CACHE_HITS.inc(len(cached))
         misses = [(sha, text) for sha, text in texts.items() if sha not in cached]
         CACHE_MISSES.inc(len(misses))
-        for batch in batches(misses, self.services.embedder.max_batch):
+        for batch in batches(misses, self.services.embedder_for(model).max_batch):
             await self._embed_batch(ctx, model, batch)
 
     async def _embed_batch(
@@ -77,7 +83,7 @@ class EmbedStage:
         )
         async with gate, limiter if limiter is not None else contextlib.nullcontext():
             REQUESTS.inc()
-            vectors = await self.services.embedder.embed(texts, "search_document")
+            vectors = await self.services.embedder_for(model).embed(texts, "search_document")
         items = [(sha, vec) for (sha, _), vec in zip(batch, vectors, strict=True)]
 
         async def write(conn: DbConn) -> None:

@@ -11,11 +11,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from runtime.api import DbConn, Job, JobContext, MissingInput
-from stages import store
+from stages import model_switch, store
+from stages.collections import DEFAULT_COLLECTION, document_collection
 from stages.services import Services
 from stages.sources import retire_superseded
-from stages.vector_index import DOCUMENT_FIELD, GENERATION_FIELD, Point, point_ids
+from stages.vector_index import (
+    COLLECTION_FIELD,
+    DOCUMENT_FIELD,
+    GENERATION_FIELD,
+    Point,
+    point_ids,
+)
+
+
+class Written(msgspec.Struct, frozen=True, kw_only=True):
+    """What an index run wrote: the vector collections, and a building migration's id
+    when it wrote that migration's collection too."""
+
+    collections: list[str]
+    points: int
+    migration_id: int | None = None
 
 
 class IndexStage:
@@ -24,43 +42,92 @@ class IndexStage:
     def __init__(self, services: Services) -> None:
         self.services = services
 
-    async def process(self, ctx: JobContext) -> None:
+    async def process(self, ctx: JobContext) -> Written:
         job = ctx.job
-        embedder = self.services.embedder
-        rows = await store.chunk_vectors(ctx.pool, job.document_id, embedder.model)
+        where = await model_switch.targets(ctx.pool, self.services)
+        tenant = await document_collection(ctx.pool, job.document_id)
+        live = where.live
+        rows = await store.chunk_vectors(ctx.pool, job.document_id, live.model)
+        if any(r.vector is None for r in rows):
+            # Embedded before a model switch moved the live model: embed what is missing.
+            await self._embed_missing(ctx, live.model)
+            rows = await store.chunk_vectors(ctx.pool, job.document_id, live.model)
         missing = [r.ordinal for r in rows if r.vector is None]
         if missing:
             raise MissingInput(
-                f"{job.filename}: {len(missing)} chunk(s) have no {embedder.model} vector; "
+                f"{job.filename}: {len(missing)} chunk(s) have no {live.model} vector; "
                 "reprocess --from embed"
             )
-        collection = self.services.collection
         index = self.services.index
-        await index.ensure_collection(collection, embedder.dimensions)
-        points = document_points(rows, job)
+        await index.ensure_collection(live.collection, live.dimensions)
+        points = document_points(rows, job, tenant)
         # A job cancelled by a reprocess must not touch the index: the lease check makes
         # the window a stale worker has tiny, and verify catches what slips through it.
         await ctx.checkpoint(_nothing)
         # One call for the whole document (upsert, then drop other generations' points):
         # the embedded index does it under one lock and one flush.
-        await index.replace_document(collection, job.document_id, job.generation, points)
+        await index.replace_document(live.collection, job.document_id, job.generation, points)
         # The older versions' points are gone now: their stored objects go too (sync).
         await retire_superseded(ctx.pool, self.services.assets, job.document_id, job.generation)
+        written = Written(collections=[live.collection], points=len(points))
+        if where.building is not None:
+            written = await self._also_target(ctx, where.building, tenant, written)
+        return written
 
-    async def write(self, conn: DbConn, job: Job, output: None) -> None:
-        """The points are written; the engine marks the document ready in its commit."""
+    async def _also_target(
+        self, ctx: JobContext, migration: model_switch.Migration, tenant: str, written: Written
+    ) -> Written:
+        """While a model switch builds, write its collection too (when the embed stage
+        gave this document the target model's vectors; else the migrator will)."""
+        job, target = ctx.job, migration.target
+        rows = await store.chunk_vectors(ctx.pool, job.document_id, target.model)
+        if any(r.vector is None for r in rows):
+            return written
+        await self.services.index.ensure_collection(target.collection, target.dimensions)
+        points = document_points(rows, job, tenant)
+        await self.services.index.replace_document(
+            target.collection, job.document_id, job.generation, points
+        )
+        return Written(
+            collections=[*written.collections, target.collection],
+            points=len(points),
+            migration_id=migration.id,
+        )
+
+    async def _embed_missing(self, ctx: JobContext, model: str) -> None:
+        embedder = self.services.embedder_for(model)
+        texts = {c.sha256: c.text for c in await store.chunks(ctx.pool, ctx.job.document_id)}
+        cached = await store.cached(ctx.pool, model, list(texts))
+        misses = [(sha, text) for sha, text in texts.items() if sha not in cached]
+        for start in range(0, len(misses), embedder.max_batch):
+            batch = misses[start : start + embedder.max_batch]
+            vectors = await embedder.embed([t for _, t in batch], "search_document")
+            items = [(sha, vec) for (sha, _), vec in zip(batch, vectors, strict=True)]
+
+            async def write(conn: DbConn, items: list[tuple[str, list[float]]] = items) -> None:
+                await store.insert_embeddings(conn, model, items)
+
+            await ctx.checkpoint(write)
+
+    async def write(self, conn: DbConn, job: Job, output: Written) -> None:
+        """The points are written; the engine marks the document ready in this commit,
+        after checking no model switch moved search elsewhere meanwhile."""
+        await model_switch.confirm_written(conn, output.collections)
+        if output.migration_id is not None:
+            await model_switch.mark_migrated(
+                conn, output.migration_id, job.document_id, job.generation, output.points
+            )
 
     async def on_failed(self, job: Job) -> None:
-        await self.services.index.delete_generation(
-            self.services.collection, job.document_id, job.generation
-        )
+        for collection in await self.services.index.collections():
+            await self.services.index.delete_generation(collection, job.document_id, job.generation)
 
 
 async def _nothing(conn: DbConn) -> None:
     """A checkpoint that only checks the lease."""
 
 
-def payload(row: store.ChunkVector, job: Job) -> dict[str, Any]:
+def payload(row: store.ChunkVector, job: Job, tenant: str = DEFAULT_COLLECTION) -> dict[str, Any]:
     """What search shows of a chunk, beside the fields every point carries."""
     return {
         "ordinal": row.ordinal,
@@ -69,11 +136,14 @@ def payload(row: store.ChunkVector, job: Job) -> dict[str, Any]:
         "page_start": row.page_start,
         "page_end": row.page_end,
         "filename": job.filename,
+        COLLECTION_FIELD: tenant,
         **({"section": row.section} if row.section else {}),
     }
 
 
-def document_points(rows: Sequence[store.ChunkVector], job: Job) -> list[Point]:
+def document_points(
+    rows: Sequence[store.ChunkVector], job: Job, tenant: str = DEFAULT_COLLECTION
+) -> list[Point]:
     """The document's points, as :func:`stages.vector_index.new_point` builds them, in one
     pass: ids from one hash state, the per-document fields computed once, one dict each
     (this runs once per chunk on the throughput path)."""
@@ -92,6 +162,7 @@ def document_points(rows: Sequence[store.ChunkVector], job: Job) -> list[Point]:
                 "filename": filename,
                 DOCUMENT_FIELD: document,
                 GENERATION_FIELD: generation,
+                COLLECTION_FIELD: tenant,
             },
         )
         for point, r in zip(ids, rows, strict=True)

@@ -29,6 +29,7 @@ from runtime.api import (
     one_line,
 )
 from stages.vector_index import (
+    COLLECTION_FIELD,
     DEFAULT_BATCH,
     DOCUMENT_FIELD,
     GENERATION_FIELD,
@@ -118,6 +119,23 @@ def _document_filter(document_id: uuid.UUID, **generation: qm.MatchValue) -> qm.
     return qm.Filter(must=must, must_not=must_not or None)
 
 
+def _tenant_filter(tenant: str | None, document_id: uuid.UUID | None = None) -> qm.Filter | None:
+    """Points of one tenant collection (``default`` also matches points written before
+    collections existed), optionally of one document."""
+    if tenant is None:
+        return None if document_id is None else _document_filter(document_id)
+    match: qm.Condition = qm.FieldCondition(key=COLLECTION_FIELD, match=qm.MatchValue(value=tenant))
+    if tenant == "default":
+        empty = qm.IsEmptyCondition(is_empty=qm.PayloadField(key=COLLECTION_FIELD))
+        match = qm.Filter(should=[match, empty])
+    must: list[qm.Condition] = [match]
+    if document_id is not None:
+        must.append(
+            qm.FieldCondition(key=DOCUMENT_FIELD, match=qm.MatchValue(value=str(document_id)))
+        )
+    return qm.Filter(must=must)
+
+
 class QdrantIndex:
     """Vector index on a Qdrant server (or qdrant-client's local mode)."""
 
@@ -191,31 +209,59 @@ class QdrantIndex:
     async def point_ids(self, collection: str, document_id: uuid.UUID) -> list[uuid.UUID]:
         return [ref.id for ref in await self.scan(collection, document_id)]
 
-    async def scan(self, collection: str, document_id: uuid.UUID | None = None) -> list[PointRef]:
+    async def scan(
+        self, collection: str, document_id: uuid.UUID | None = None, *, tenant: str | None = None
+    ) -> list[PointRef]:
         await self._require(collection)
+        query = _tenant_filter(tenant, document_id)
         refs: list[PointRef] = []
         offset: qm.ExtendedPointId | None = None
         while True:
             records, offset = await self._call(
-                f"scroll {collection}", partial(self._scroll, collection, document_id, offset)
+                f"scroll {collection}", partial(self._scroll, collection, query, offset)
             )
             refs.extend(point_ref(record.id, record.payload) for record in records)
             if offset is None:
                 return refs
 
-    async def search(self, collection: str, vector: Sequence[float], limit: int) -> list[Hit]:
+    async def search(
+        self, collection: str, vector: Sequence[float], limit: int, *, tenant: str | None = None
+    ) -> list[Hit]:
         await self._require(collection)
         query = list(vector)
+        where = _tenant_filter(tenant)
         response = await self._call(
             f"search {collection}",
             lambda: self._client.query_points(
-                collection, query=query, limit=limit, with_payload=True
+                collection, query=query, query_filter=where, limit=limit, with_payload=True
             ),
         )
         return [
             Hit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=dict(p.payload or {}))
             for p in response.points
         ]
+
+    async def drop_collection(self, name: str) -> None:
+        check_collection(name)
+        self._known.discard(name)
+        await self._call(f"drop {name}", lambda: self._client.delete_collection(name))
+
+    async def point_alias(self, alias: str, collection: str) -> None:
+        """One request: drop the alias and create it on ``collection``, atomically."""
+        check_collection(collection)
+        operations: list[qm.AliasOperations] = [
+            qm.DeleteAliasOperation(delete_alias=qm.DeleteAlias(alias_name=alias)),
+            qm.CreateAliasOperation(
+                create_alias=qm.CreateAlias(collection_name=collection, alias_name=alias)
+            ),
+        ]
+        aliases = await self._call("aliases", self._client.get_aliases)
+        if not any(a.alias_name == alias for a in aliases.aliases):
+            operations = operations[1:]  # deleting an absent alias is an error
+        await self._call(
+            f"alias {alias} -> {collection}",
+            lambda: self._client.update_collection_aliases(change_aliases_operations=operations),
+        )
 
     async def collections(self) -> list[str]:
         try:
@@ -234,11 +280,11 @@ class QdrantIndex:
             raise _translate_qdrant(exc, what) from exc
 
     async def _scroll(
-        self, collection: str, document_id: uuid.UUID | None, offset: qm.ExtendedPointId | None
+        self, collection: str, query: qm.Filter | None, offset: qm.ExtendedPointId | None
     ) -> tuple[list[qm.Record], qm.ExtendedPointId | None]:
         return await self._client.scroll(
             collection,
-            scroll_filter=None if document_id is None else _document_filter(document_id),
+            scroll_filter=query,
             limit=SCROLL_PAGE,
             offset=offset,
             with_payload=[DOCUMENT_FIELD, GENERATION_FIELD],
@@ -273,6 +319,9 @@ class QdrantIndex:
             await self._client.create_payload_index(
                 name, DOCUMENT_FIELD, field_schema=qm.PayloadSchemaType.KEYWORD
             )
+            # Tenant index: each collection's points stored together, searched alone.
+            tenant = qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True)
+            await self._client.create_payload_index(name, COLLECTION_FIELD, field_schema=tenant)
 
     async def _check_dimensions(self, name: str, dimensions: int) -> None:
         info = await self._client.get_collection(name)

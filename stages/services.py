@@ -84,6 +84,13 @@ class Services:
 
         return embedder_for(self.settings.embed)
 
+    def embedder_for(self, model: str) -> Embedder:
+        """The embedder of model key ``model`` (the configured one, or another one that a
+        model switch named; see :mod:`stages.model_switch`), built once."""
+        from stages.model_switch import embedder_for
+
+        return embedder_for(self, model)
+
     @functools.cached_property
     def token_counter(self) -> TokenCounter:
         """The configured embedder's token counter, without loading the model."""
@@ -146,6 +153,9 @@ class Services:
 
     async def aclose(self) -> None:
         # Dropped from the cache as they close, so a later run builds fresh ones.
+        from stages.model_switch import close_embedders
+
+        await close_embedders(self)
         for name in ("embedder", "vision", "index", "assets"):
             service = self.__dict__.pop(name, None)
             if service is not None:

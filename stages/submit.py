@@ -26,6 +26,7 @@ from runtime.api import (
     one_line,
 )
 from stages.assets import AssetStore, Stored, original_key
+from stages.collections import check_collection_name
 from stages.formats import Format, detect
 
 FIRST_STAGE = "parse"
@@ -99,6 +100,7 @@ async def submit(
     conn: asyncpg.Connection[Any] | None = None,
     force: bool = False,
     max_attempts: int = 3,
+    collection: str = "default",
 ) -> Submitted:
     """Store ``path`` and enqueue its parse; same bytes again → the same document.
 
@@ -108,8 +110,9 @@ async def submit(
     """
     docs = DocumentRepository(pool)
     fmt = detect_format(path)
+    check_collection_name(collection)
     if not force:
-        existing = await docs.find_by_sha256(inspect_file(path).sha256)
+        existing = await docs.find_by_sha256(inspect_file(path).sha256, collection)
         if existing is not None:
             return Submitted(document_id=existing.id, created=False)
     doc_id = uuid.uuid4()
@@ -118,7 +121,9 @@ async def submit(
     )
     result: Submitted | None = None
     try:
-        result = await _record(docs, stored, doc_id, path, fmt, conn, force, max_attempts)
+        result = await _record(
+            docs, stored, doc_id, path, fmt, conn, force, max_attempts, collection
+        )
         return result
     finally:
         if result is None or not result.created:  # no original without its own row
@@ -135,9 +140,10 @@ async def _record(
     conn: asyncpg.Connection[Any] | None,
     force: bool,
     max_attempts: int,
+    collection: str,
 ) -> Submitted:
     if not force:  # the file may have changed since the first hash
-        existing = await docs.find_by_sha256(stored.sha256)
+        existing = await docs.find_by_sha256(stored.sha256, collection)
         if existing is not None:
             return Submitted(document_id=existing.id, created=False)
     new = NewDocument(
@@ -148,6 +154,7 @@ async def _record(
         sha256=stored.sha256,
         asset_key=stored.key,
         forced=force,
+        collection=collection,
     )
     # Not created: lost a race with a concurrent submit of the same bytes.
     return await docs.submit(new, FIRST_STAGE, conn=conn, max_attempts=max_attempts)

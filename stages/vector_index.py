@@ -50,6 +50,9 @@ POINT_NAMESPACE = uuid.UUID("5b0c3f47-2a7e-4d3c-9a55-2f1f6f0c9e11")
 DOCUMENT_FIELD = "document_id"
 #: Payload field holding the generation that wrote the point.
 GENERATION_FIELD = "generation"
+#: Payload field holding the document's collection (tenant); see :mod:`stages.collections`.
+#: Points written before collections existed have none and belong to ``default``.
+COLLECTION_FIELD = "collection"
 #: Points sent per request / per shard update.
 DEFAULT_BATCH = 256
 #: Page size when scrolling a document's point ids.
@@ -120,17 +123,30 @@ class VectorIndex(Protocol):
         """Exact number of points, in the collection or of one document."""
         ...
 
-    async def scan(self, collection: str, document_id: uuid.UUID | None = None) -> list[PointRef]:
-        """Every point (of one document, or all) with its document and generation."""
+    async def scan(
+        self, collection: str, document_id: uuid.UUID | None = None, *, tenant: str | None = None
+    ) -> list[PointRef]:
+        """Every point (of one document, or all; of one tenant collection, or all) with its
+        document and generation."""
         ...
 
     async def point_ids(self, collection: str, document_id: uuid.UUID) -> list[uuid.UUID]:
         """Ids of the document's points."""
         ...
 
-    async def search(self, collection: str, vector: Sequence[float], limit: int) -> list[Hit]:
-        """The ``limit`` points nearest to ``vector``, nearest first."""
+    async def search(
+        self, collection: str, vector: Sequence[float], limit: int, *, tenant: str | None = None
+    ) -> list[Hit]:
+        """The ``limit`` points nearest to ``vector``, nearest first; only points of the
+        ``tenant`` collection (payload field ``collection``) when one is given."""
         ...
+
+    async def drop_collection(self, name: str) -> None:
+        """Delete a whole vector collection (after a model switch); absent: nothing."""
+
+    async def point_alias(self, alias: str, collection: str) -> None:
+        """Make ``alias`` name ``collection`` in one atomic step where the index has
+        aliases (Qdrant); the embedded index keeps its alias in PostgreSQL only."""
 
     async def collections(self) -> list[str]:
         """ragline's collections (every model's), sorted: delete and verify cover them all."""

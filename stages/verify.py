@@ -9,6 +9,12 @@ nobody searches any more. Points of documents that no longer exist are orphans.
 ``repair`` enqueues the jobs that fix a document (index, or parse when stored files are
 gone) and deletes points outright where no job would (orphans, failed documents, other
 collections).
+
+The live collection is the one PostgreSQL names (:mod:`stages.model_switch`); while a
+model switch builds, its new collection is not "another model's": its points are the
+migration's work. With a collection (tenant) given, only that collection's documents
+and points are looked at, and the asset store's sweep for orphans is skipped (orphan
+objects belong to no collection).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import msgspec
 
 from runtime.api import Document, DocumentRepository, DocumentStatus, MissingInput, Pool
 from stages import store
+from stages.model_switch import Services as IndexServices
 from stages.services import Services
 from stages.vector_index import PointRef, point_id
 
@@ -59,6 +66,10 @@ class Report(msgspec.Struct, kw_only=True):
     points: int
     problems: list[Problem]
     store: list[StoreProblem] = msgspec.field(default_factory=list)
+    #: The live vector collection that was checked.
+    vector_collection: str = ""
+    #: The collection (tenant) checked; None: every one.
+    collection: str | None = None
 
     @property
     def clean(self) -> bool:
@@ -75,10 +86,10 @@ ORPHAN_GRACE_S = 600.0
 
 
 async def scan_index(
-    services: Services, collection: str | None = None
+    services: Services, collection: str | None = None, tenant: str | None = None
 ) -> dict[str, list[PointRef]]:
     try:
-        refs = await services.index.scan(collection or services.collection)
+        refs = await services.index.scan(collection or services.collection, tenant=tenant)
     except MissingInput:  # nothing was ever indexed with this model
         return {}
     by_doc: dict[str, list[PointRef]] = defaultdict(list)
@@ -87,11 +98,13 @@ async def scan_index(
     return by_doc
 
 
-async def scan_others(services: Services) -> dict[str, dict[str, list[PointRef]]]:
-    """``{collection: {document: points}}`` for every collection but the current one."""
-    current = services.collection
-    names = [c for c in await services.index.collections() if c != current]
-    return {name: await scan_index(services, name) for name in names}
+async def scan_others(
+    services: Services, current: str, skip: set[str], tenant: str | None
+) -> dict[str, dict[str, list[PointRef]]]:
+    """``{collection: {document: points}}`` for every collection but the current one
+    (and ``skip``: a building migration's)."""
+    names = [c for c in await services.index.collections() if c != current and c not in skip]
+    return {name: await scan_index(services, name, tenant) for name in names}
 
 
 async def check_points(pool: Pool, doc: Document, refs: list[PointRef], problem: Problem) -> None:
@@ -133,12 +146,17 @@ def has_problem(p: Problem) -> bool:
     )
 
 
-async def verify(pool: Pool, services: Services) -> Report:
-    by_doc = await scan_index(services)
-    others = await scan_others(services)
+async def verify(pool: Pool, services: Services, tenant: str | None = None) -> Report:
+    from stages import model_switch
+
+    current = (await model_switch.live(pool, services)).collection
+    migration = await model_switch.open_migration(pool)
+    building = {migration.to_collection} if migration is not None else set()
+    by_doc = await scan_index(services, current, tenant)
+    others = await scan_others(services, current, building, tenant)
     docs = DocumentRepository(pool)
     problems: list[Problem] = []
-    ids = await docs.all_ids()
+    ids = await docs.all_ids(tenant)
     for doc in await docs.get_many(ids):
         problem = Problem(document_id=str(doc.id), filename=doc.filename, status=doc.status)
         await check_files(pool, services, doc, problem)
@@ -152,12 +170,12 @@ async def verify(pool: Pool, services: Services) -> Report:
             problems.append(problem)
     known = {str(i) for i in ids}
     orphans: dict[str, Problem] = {}
-    for collection, found in [(services.collection, by_doc), *others.items()]:
+    for collection, found in [(current, by_doc), *others.items()]:
         for d, refs in found.items():
             if d not in known:
                 p = orphans.setdefault(d, Problem(document_id=d, orphan=True))
                 p.extra_points += len(refs)
-                if collection != services.collection:
+                if collection != current:
                     p.other_collections.append(collection)
     problems += orphans.values()
     points = sum(len(r) for found in [by_doc, *others.values()] for r in found.values())
@@ -165,11 +183,13 @@ async def verify(pool: Pool, services: Services) -> Report:
         documents=len(ids),
         points=points,
         problems=problems,
-        store=await check_store(services, await docs.get_many(ids)),
+        store=[] if tenant is not None else await check_store(services, await docs.get_many(ids)),
+        vector_collection=current,
+        collection=tenant,
     )
 
 
-async def delete_everywhere(services: Services, document_id: uuid.UUID) -> None:
+async def delete_everywhere(services: IndexServices, document_id: uuid.UUID) -> None:
     """Remove a document's points from every collection (every model's)."""
     for collection in await services.index.collections():
         try:
@@ -236,7 +256,7 @@ async def repair(
     await repair_store(services, report, grace_s, {str(i) for i in await docs.all_ids()})
     for p in report.problems:
         doc_id = uuid.UUID(p.document_id)
-        deleted = await _delete_unwanted(services, p, doc_id)
+        deleted = await _delete_unwanted(services, p, doc_id, report.vector_collection)
         if p.orphan:
             continue
         if p.missing_files:
@@ -252,7 +272,9 @@ async def repair(
             p.repair = deleted
 
 
-async def _delete_unwanted(services: Services, p: Problem, doc_id: uuid.UUID) -> str | None:
+async def _delete_unwanted(
+    services: Services, p: Problem, doc_id: uuid.UUID, current: str
+) -> str | None:
     """Delete points no job would remove: an orphan's, a failed document's, and those in
     other models' collections."""
     if p.orphan:
@@ -264,7 +286,7 @@ async def _delete_unwanted(services: Services, p: Problem, doc_id: uuid.UUID) ->
         await services.index.delete_document(collection, doc_id)
         done.append("deleted points in other models' collections")
     if p.failed_points:
-        await services.index.delete_document(services.collection, doc_id)
+        await services.index.delete_document(current or services.collection, doc_id)
         done.append("deleted the failed document's points")
     return "; ".join(done) or None
 

@@ -4,31 +4,32 @@
 -- Insert a document unless the same bytes (unforced) are already there; returns the id
 -- of the new row, or nothing when it already existed.
 -- $1 id, $2 filename, $3 media type, $4 byte size, $5 sha256, $6 asset key, $7 forced,
--- $8 first stage
-INSERT INTO documents (id, filename, media_type, byte_size, sha256, asset_key, forced, stage)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+-- $8 first stage, $9 collection
+INSERT INTO documents (id, filename, media_type, byte_size, sha256, asset_key, forced, stage,
+                       collection)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (collection, sha256) WHERE NOT forced DO NOTHING
 RETURNING id;
 
 -- name: find_document_by_sha256
--- The unforced document holding these bytes.
--- $1 sha256
+-- The unforced document holding these bytes in a collection.
+-- $1 sha256, $2 collection
 SELECT id, filename, media_type, byte_size, sha256, asset_key, status::text AS status, stage,
-       error, generation, created_at, updated_at
-FROM documents WHERE sha256 = $1 AND NOT forced;
+       error, generation, created_at, updated_at, collection
+FROM documents WHERE sha256 = $1 AND collection = $2 AND NOT forced;
 
 -- name: get_document
 -- One document.
 -- $1 id
 SELECT id, filename, media_type, byte_size, sha256, asset_key, status::text AS status, stage,
-       error, generation, created_at, updated_at
+       error, generation, created_at, updated_at, collection
 FROM documents WHERE id = $1;
 
 -- name: get_documents
 -- Several documents.
 -- $1 ids
 SELECT id, filename, media_type, byte_size, sha256, asset_key, status::text AS status, stage,
-       error, generation, created_at, updated_at
+       error, generation, created_at, updated_at, collection
 FROM documents WHERE id = ANY($1::uuid[]) ORDER BY created_at, id;
 
 -- name: start_generation
@@ -56,14 +57,15 @@ SELECT status::text AS status, count(*) AS n FROM documents GROUP BY status;
 SELECT count(*) FROM documents WHERE id = ANY($1::uuid[]) AND status IN ('ready', 'failed');
 
 -- name: all_document_ids
--- Every document, oldest first.
-SELECT id FROM documents ORDER BY created_at, id;
+-- Every document (of one collection, or of all when $1 is NULL), oldest first.
+-- $1 collection
+SELECT id FROM documents WHERE $1::text IS NULL OR collection = $1 ORDER BY created_at, id;
 
 -- name: list_documents
 -- Documents, newest first, optionally of one status.
 -- $1 status (NULL: any), $2 limit
 SELECT id, filename, media_type, byte_size, sha256, asset_key, status::text AS status, stage,
-       error, generation, created_at, updated_at
+       error, generation, created_at, updated_at, collection
 FROM documents
 WHERE $1::text IS NULL OR status = $1::ragline_document_status
 ORDER BY created_at DESC, id

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import uuid
 from datetime import datetime
 from typing import Annotated, Any
@@ -20,6 +19,7 @@ from litestar.params import Parameter
 
 import schema
 from runtime.api import (
+    ConfigurationError,
     Document,
     DocumentRepository,
     JobRepository,
@@ -30,10 +30,13 @@ from runtime.api import (
     timeline,
     to_struct,
 )
+from stages import model_switch
 from stages import store as pipeline_store
+from stages.collections import check_collection_name
 from stages.serve import uploads
 from stages.serve.context import ServeContext, document_id
 from stages.serve.problems import problem
+from stages.verify import delete_everywhere
 
 Q = schema.load("serve")
 STATUSES = ("pending", "processing", "ready", "failed")
@@ -182,7 +185,8 @@ async def document_detail(ctx: ServeContext, doc_id: uuid.UUID) -> DocumentDetai
 async def _points(ctx: ServeContext, doc_id: uuid.UUID) -> int | None:
     services = ctx.services
     try:
-        return await services.index.count(services.collection, doc_id)
+        live = await model_switch.live(ctx.pool, services)
+        return await services.index.count(live.collection, doc_id)
     except MissingInput:  # nothing indexed with this model yet
         return 0
     except Exception:  # the index is another service: its outage must not hide the rest
@@ -199,8 +203,7 @@ async def remove_document(ctx: ServeContext, doc_id: uuid.UUID) -> bool:
         return False
     await docs.delete([doc_id])
     services = ctx.services
-    with contextlib.suppress(MissingInput):
-        await services.index.delete_document(services.collection, doc_id)
+    await delete_everywhere(services, doc_id)  # every model's collection
     await services.assets.delete_prefix(document_prefix(doc_id))
     return True
 
@@ -226,16 +229,22 @@ async def run_reprocess(ctx: ServeContext, body: ReprocessRequest) -> ReprocessR
     return ReprocessResult(reprocessing=done, missing=missing)
 
 
-async def run_search(ctx: ServeContext, q: str, k: int) -> list[dict[str, Any]]:
+async def run_search(
+    ctx: ServeContext, q: str, k: int, collection: str | None = None
+) -> list[dict[str, Any]]:
     if not q.strip():
         raise problem(400, "q must not be empty")
-    services = ctx.services
-    [vector] = await services.embedder.embed([q], "search_query")
-    try:
-        hits = await services.index.search(services.collection, vector, k)
-    except MissingInput:  # nothing indexed yet with this embedding model
-        hits = []
+    tenant = None if collection is None else checked_collection(collection)
+    _, hits = await model_switch.search_live(ctx.pool, ctx.services, q, k, tenant)
     return [{"score": round(h.score, 4), **h.payload} for h in hits]
+
+
+def checked_collection(name: str) -> str:
+    """A valid collection name, or a 400 naming the rule."""
+    try:
+        return check_collection_name(name)
+    except ConfigurationError as exc:
+        raise problem(400, exc.message) from None
 
 
 async def stages_overview(ctx: ServeContext) -> list[StageOut]:
@@ -253,9 +262,11 @@ class DocumentsApi(Controller):
         state: State,
         request: Request[Any, Any, Any],
         idempotency_key: Annotated[str | None, Parameter(header="Idempotency-Key")] = None,
+        collection: str | None = None,
     ) -> Response[Accepted]:
         """Upload a PDF: multipart (field ``file``) or a raw body (name in
-        Content-Disposition). 202 for a new document, 200 when the same bytes (or the
+        Content-Disposition), into ``collection`` (query parameter or multipart field;
+        default ``default``). 202 for a new document, 200 when the same bytes (or the
         same Idempotency-Key) were already there."""
         ctx = ctx_of(state)
         key = uploads.check_idempotency_key(idempotency_key)
@@ -264,7 +275,8 @@ class DocumentsApi(Controller):
             request.stream(), headers, ctx.config.upload_dir, ctx.config.max_upload_bytes
         )
         try:
-            stored = await uploads.store(ctx.pool, ctx.services.assets, spooled, key)
+            tenant = checked_collection(collection or spooled.collection or "default")
+            stored = await uploads.store(ctx.pool, ctx.services.assets, spooled, key, tenant)
         finally:
             spooled.path.unlink(missing_ok=True)
         url = f"/v1/documents/{stored.document_id}"
@@ -318,9 +330,11 @@ class DocumentsApi(Controller):
         state: State,
         q: str,
         k: Annotated[int, Parameter(ge=1, le=MAX_K)] = 5,
+        collection: str | None = None,
     ) -> list[dict[str, Any]]:
-        """The closest chunks to ``q``: score, document_id, filename, pages, text."""
-        return await run_search(ctx_of(state), q, k)
+        """The closest chunks to ``q``: score, document_id, filename, pages, text (only
+        ``collection``'s when given)."""
+        return await run_search(ctx_of(state), q, k, collection)
 
     @get("/stages")
     async def stages(self, state: State) -> list[StageOut]:

@@ -51,6 +51,8 @@ class Spooled(msgspec.Struct, frozen=True, kw_only=True):
     sha256: str
     byte_size: int
     media_type: str = PDF
+    #: A multipart upload's ``collection`` field, if it had one.
+    collection: str | None = None
 
 
 class Spool:
@@ -187,7 +189,10 @@ async def spool_multipart(body: AsyncIterator[bytes], content_type: str, spool: 
         raise problem(400, f"malformed multipart body: {exc}") from None
     if state.filename is None:
         raise problem(400, "multipart body has no 'file' field")
-    return await spool.finish(clean_filename(state.filename))
+    spooled = await spool.finish(clean_filename(state.filename))
+    if state.collection is None:
+        return spooled
+    return msgspec.structs.replace(spooled, collection=state.collection.decode(errors="replace"))
 
 
 class _Parts:
@@ -197,18 +202,24 @@ class _Parts:
         self.filename: str | None = None
         self.in_file = False
         self.other = 0
+        #: The ``collection`` field's bytes, if the form has one.
+        self.collection: bytes | None = None
+        self.in_collection = False
 
     async def feed(self, event: Any, spool: Spool) -> None:
         if isinstance(event, multipart.MultipartSegment):
             self.in_file = event.name == "file" and self.filename is None
             if self.in_file:
                 self.filename = event.filename or DEFAULT_NAME
+            self.in_collection = event.name == "collection"
             self.other = 0
         elif event is None:
-            self.in_file = False
+            self.in_file = self.in_collection = False
         elif self.in_file:
             await spool.write(bytes(event))
         else:
+            if self.in_collection:
+                self.collection = (self.collection or b"") + bytes(event)
             self.other += len(event)
             if self.other > _MAX_OTHER_FIELD:
                 raise problem(400, "form fields other than 'file' must be small")
@@ -255,7 +266,11 @@ class _KeyTaken(Exception):
 
 
 async def store(
-    pool: asyncpg.Pool[Any], assets: AssetStore, spooled: Spooled, idempotency_key: str | None
+    pool: asyncpg.Pool[Any],
+    assets: AssetStore,
+    spooled: Spooled,
+    idempotency_key: str | None,
+    collection: str = "default",
 ) -> Stored:
     """Bytes into the asset store (durable), then the document row + first job, atomically."""
     if idempotency_key is not None:
@@ -263,14 +278,14 @@ async def store(
         if known is not None:
             return Stored(document_id=known, created=False)
     docs = DocumentRepository(pool)
-    existing = await docs.find_by_sha256(spooled.sha256)
+    existing = await docs.find_by_sha256(spooled.sha256, collection)
     if existing is not None:
         return Stored(document_id=existing.id, created=False)
     doc_id = uuid.uuid4()
     key = original_key(doc_id, spooled.sha256)
     await put_spooled(assets, key, spooled.path, spooled.media_type)
     try:
-        result = await _commit(pool, spooled, doc_id, key, idempotency_key)
+        result = await _commit(pool, spooled, doc_id, key, idempotency_key, collection)
     except _KeyTaken:
         await assets.delete(key)
         known = await pool.fetchval(Q["find_upload_key"], idempotency_key)
@@ -285,7 +300,12 @@ async def store(
 
 
 async def _commit(
-    pool: asyncpg.Pool[Any], spooled: Spooled, doc_id: uuid.UUID, key: str, idem: str | None
+    pool: asyncpg.Pool[Any],
+    spooled: Spooled,
+    doc_id: uuid.UUID,
+    key: str,
+    idem: str | None,
+    collection: str = "default",
 ) -> Submitted:
     new = NewDocument(
         id=doc_id,
@@ -294,6 +314,7 @@ async def _commit(
         byte_size=spooled.byte_size,
         sha256=spooled.sha256,
         asset_key=key,
+        collection=collection,
     )
     async with pool.acquire() as conn, conn.transaction():
         result = await DocumentRepository(pool).submit(new, FIRST_STAGE, conn=conn)

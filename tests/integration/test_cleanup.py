@@ -10,7 +10,7 @@ import pytest
 
 from bench.harness.fake_cohere import Fault
 from runtime.models import DocumentStatus, JobState
-from stages import store
+from stages import migrate_model, store
 from stages.vector_index import collection_name, new_point
 from stages.verify import delete_everywhere, repair, verify
 from tests.support.pipeline_env import (
@@ -73,6 +73,13 @@ async def test_verify_covers_failed_documents_and_every_collection(
         # Another dimension is another vector space, another collection: re-embed and
         # re-index there. The old collection's copies are searched by nobody any more.
         switched = {"RAGLINE_EMBED_DIMENSIONS": "32"}
+        # PostgreSQL names the live model: moved here by hand (migrate-model would have
+        # deleted the old collection at its swap, leaving no stale copies to find).
+        await env.pool.execute(
+            "UPDATE vector_aliases SET model = $1, dimensions = 32, collection = $2",
+            "cohere/embed-v4.0@32",
+            collection_name("cohere/embed-v4.0@32", 32),
+        )
         for doc_id in ids:
             await env.docs.reprocess(doc_id, "embed")
         await env.run(env=switched)
@@ -109,6 +116,8 @@ async def test_delete_removes_points_from_every_collection(
     async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
         [doc_id] = await env.submit_all([sample("sourdough.pdf")])
         await env.run()
+        # While a model switch builds, the pipeline writes both models' collections.
+        await migrate_model.begin(env.pool, env.probe, "cohere/embed-v4.0@32")
         await env.docs.reprocess(doc_id, "embed")
         switched = {"RAGLINE_EMBED_DIMENSIONS": "32"}
         await env.run(env=switched)

@@ -1,0 +1,175 @@
+"""The model switch on a Qdrant-API index (qdrant-client's local mode, in process, shared
+by the workers, the migrator and search): a migration started, a document uploaded while
+it builds is indexed into both collections by the pipeline, the rest is backfilled, the
+Qdrant alias moves to the new collection and the old one is deleted."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.worker import Worker
+from runtime.worker_config import WorkerConfig
+from stages import migrate_model, model_switch
+from stages.pipeline import pipeline_for
+from stages.qdrant_index import QdrantConfig, QdrantIndex
+from stages.services import Services
+from tests.support.pipeline_env import (
+    FAKE_DIMS,
+    TEST_CONCURRENCY,
+    PipelineEnv,
+    TimedCohere,
+    cohere_env,
+    long_pdf,
+    pipeline_env,
+    sample,
+)
+
+pytestmark = pytest.mark.anyio
+
+MODEL_B = f"cohere/embed-b@{FAKE_DIMS}"
+
+
+class SharedIndex(QdrantIndex):
+    """One in-memory Qdrant for every Services of the test (closing one closes nothing)."""
+
+    async def aclose(self) -> None:
+        pass
+
+
+def services(env: PipelineEnv, index: SharedIndex) -> Services:
+    made = env.services()
+    made.__dict__["index"] = index  # the cached_property, filled in advance
+    return made
+
+
+async def run_pipeline(env: PipelineEnv, index: SharedIndex) -> None:
+    stages: Sequence[str] = ("parse", "chunk", "vision", "embed", "index")
+    config = WorkerConfig(
+        stages=tuple(stages),
+        concurrency={s: TEST_CONCURRENCY[s] for s in stages},
+        exit_when_idle=True,
+        poll_s=0.2,
+        retry_base_s=0.05,
+    )
+    await Worker(pipeline_for(services(env, index)), env.dsn, config).run()
+
+
+async def chunk_counts(env: PipelineEnv) -> dict[str, int]:
+    rows = await env.pool.fetch(
+        "SELECT document_id::text AS id, count(*) AS n FROM chunks GROUP BY 1"
+    )
+    return {r["id"]: int(r["n"]) for r in rows}
+
+
+async def points_per_document(index: QdrantIndex, collection: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for ref in await index.scan(collection):
+        counts[ref.document_id] = counts.get(ref.document_id, 0) + 1
+    return counts
+
+
+async def test_switch_on_qdrant_moves_the_alias_and_drops_the_old_collection(
+    tmp_path: Path, dsn: str, fake_cohere: TimedCohere
+) -> None:
+    index = SharedIndex(QdrantConfig(location=":memory:"))
+    async with pipeline_env(dsn, tmp_path, **cohere_env(fake_cohere)) as env:
+        await env.submit_all([sample("sourdough.pdf"), sample("lighthouses.pdf")])
+        await run_pipeline(env, index)
+        svc = services(env, index)
+        old = await model_switch.live(env.pool, svc)
+
+        started = await migrate_model.begin(env.pool, svc, MODEL_B)
+        assert started.state == "building" and started.from_collection == old.collection
+        late = await env.submit(long_pdf(tmp_path / "late.pdf", 12, seed="-late"))
+        await run_pipeline(env, index)  # embeds with both models, indexes both
+        marked = await env.pool.fetchval(
+            "SELECT count(*) FROM model_migration_documents WHERE document_id = $1",
+            late.document_id,
+        )
+        assert marked == 1
+        # Search still answers from the old collection, whole.
+        chunks = await chunk_counts(env)
+        live, hits = await model_switch.search_live(env.pool, svc, "sourdough", 1000, None)
+        assert live == old and len(hits) == sum(chunks.values())
+
+        done = await migrate_model.migrate(env.pool, svc, MODEL_B)
+        assert (done.state, done.ready, done.migrated) == ("done", 3, 3)
+        new = await model_switch.live(env.pool, svc)
+        assert new.model == MODEL_B and new.collection == started.to_collection
+        aliases: Any = await index._client.get_aliases()
+        assert [(a.alias_name, a.collection_name) for a in aliases.aliases] == [
+            (model_switch.ALIAS, new.collection)
+        ]
+        assert await index.collections() == [new.collection]
+        assert await points_per_document(index, new.collection) == chunks
+        text = await env.pool.fetchval("SELECT text FROM chunks ORDER BY ordinal LIMIT 1")
+        live, hits = await model_switch.search_live(env.pool, svc, text, 1000, None)
+        assert live == new and len(hits) == sum(chunks.values())
+        assert hits[0].payload["text"] == text and hits[0].score > 0.999
+        await svc.aclose()
+    await QdrantIndex.aclose(index)
+
+
+async def test_a_second_target_is_refused_and_cancel_leaves_search_alone(
+    tmp_path: Path, dsn: str, fake_cohere: TimedCohere
+) -> None:
+    index = SharedIndex(QdrantConfig(location=":memory:"))
+    async with pipeline_env(dsn, tmp_path, **cohere_env(fake_cohere)) as env:
+        await env.submit(sample("sourdough.pdf"))
+        await run_pipeline(env, index)
+        svc = services(env, index)
+        old = await model_switch.live(env.pool, svc)
+        with pytest.raises(Exception, match="already the live embedding model"):
+            await migrate_model.begin(env.pool, svc, old.model)
+        started = await migrate_model.begin(env.pool, svc, MODEL_B)
+        await index.ensure_collection(started.to_collection, FAKE_DIMS)
+        with pytest.raises(Exception, match=f"a migration to {MODEL_B} is unfinished"):
+            await migrate_model.begin(env.pool, svc, f"cohere/embed-c@{FAKE_DIMS}")
+        cancelled = await migrate_model.cancel(env.pool, svc)
+        assert cancelled is not None and cancelled.id == started.id
+        assert await index.collections() == [old.collection]
+        assert await model_switch.live(env.pool, svc) == old
+        assert await migrate_model.progress(env.pool) is None
+        await svc.aclose()
+    await QdrantIndex.aclose(index)
+
+
+def test_unknown_model_keys_are_refused_in_one_line() -> None:
+    from runtime.errors import ConfigurationError
+
+    for key in ("openai/text-3", "cohere/embed-v4.0", "cohere/@12"):
+        with pytest.raises(ConfigurationError, match="unknown embedding model"):
+            model_switch.embedder_for_key({"COHERE_API_KEY": "k"}, key)
+    with pytest.raises(ConfigurationError, match="needs COHERE_API_KEY"):
+        model_switch.embedder_for_key({}, "cohere/embed-b@64")
+
+
+async def test_a_document_reprocessed_while_migrated_is_done_again_at_its_generation(
+    tmp_path: Path, dsn: str, fake_cohere: TimedCohere
+) -> None:
+    index = SharedIndex(QdrantConfig(location=":memory:"))
+    async with pipeline_env(dsn, tmp_path, **cohere_env(fake_cohere)) as env:
+        doc = (await env.submit(sample("sourdough.pdf"))).document_id
+        await run_pipeline(env, index)
+        svc = services(env, index)
+        migration = await migrate_model.begin(env.pool, svc, MODEL_B)
+        await index.ensure_collection(migration.to_collection, FAKE_DIMS)
+        [row] = await env.pool.fetch(model_switch.Q["migration_todo"], migration.id, 10)
+        # The document moves to generation 2 after the migrator read it at generation 1.
+        assert await env.docs.reprocess(doc, "index") == 2
+        await migrate_model.migrate_document(env.pool, svc, migration, row)
+        # Not recorded, and what it wrote (generation 1) is gone again.
+        assert await env.pool.fetchval("SELECT count(*) FROM model_migration_documents") == 0
+        assert await index.count(migration.to_collection, doc) == 0
+        await run_pipeline(env, index)  # generation 2 ready (B's vectors were cached)
+        done = await migrate_model.migrate(env.pool, svc, MODEL_B)
+        assert (done.ready, done.migrated) == (1, 1)
+        refs = await index.scan(migration.to_collection, doc)
+        chunks = await env.chunks(doc)
+        assert len(refs) == len(chunks) and {r.generation for r in refs} == {2}
+        await svc.aclose()
+    await QdrantIndex.aclose(index)
