@@ -71,6 +71,7 @@ from runtime.errors import (
     TransientError,
     one_line,
 )
+from stages.points import edge_points, payload_of
 from stages.vector_index import (
     DEFAULT_BATCH,
     DOCUMENT_FIELD,
@@ -321,7 +322,7 @@ class EdgeIndex:
 
         def run(session: _Session) -> list[Hit]:
             return [
-                Hit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=dict(p.payload or {}))
+                Hit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=payload_of(p.payload))
                 for p in session.require(collection).search(request)
             ]
 
@@ -342,7 +343,7 @@ class EdgeIndex:
 
     def _upserts(self, points: Sequence[Point]) -> list[qe.UpdateOperation]:
         return [
-            qe.UpdateOperation.upsert_points([qe.Point(p.id, p.vector, p.payload) for p in batch])
+            qe.UpdateOperation.upsert_points(edge_points(batch))
             for batch in batches(points, self.config.batch_size)
         ]
 
