@@ -21,7 +21,10 @@ import re
 import unicodedata
 from pathlib import Path
 
-__all__ = ["AsciiWordPiece"]
+__all__ = ["PIECE_MEMO", "AsciiWordPiece"]
+
+#: Piece counts an :class:`AsciiWordPiece` keeps (about 100 bytes each).
+PIECE_MEMO = 100_000
 
 # A lowercased ASCII word as BertPreTokenizer splits it: runs of letters and digits, and
 # each punctuation mark alone (BERT counts every printable ASCII non-alphanumeric).
@@ -67,6 +70,9 @@ class AsciiWordPiece:
         self.max_chars = max_chars
         self.added = added
         self._one_token = _OneToken()
+        # Pieces recur far more than words ("word" in "word," and "(word"): their counts
+        # are kept, up to PIECE_MEMO of them.
+        self._memo: dict[str, int] = {}
 
     @classmethod
     def of(cls, path: Path) -> AsciiWordPiece | None:
@@ -93,7 +99,16 @@ class AsciiWordPiece:
             word = word.translate(self._one_token)
             if not word.isascii():
                 return None
-        return sum(map(self._piece, _ASCII_PIECES.findall(word.lower())))
+        memo = self._memo
+        total = 0
+        for piece in _ASCII_PIECES.findall(word.lower()):
+            n = memo.get(piece)
+            if n is None:
+                if len(memo) >= PIECE_MEMO:
+                    memo.clear()
+                n = memo[piece] = self._piece(piece)
+            total += n
+        return total
 
     def _piece(self, piece: str) -> int:
         """Greedy longest match first; a piece that cannot be matched is one [UNK]."""
