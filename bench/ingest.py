@@ -401,6 +401,9 @@ async def index_cpu_per_point(dsn: str, data_dir: Path) -> None:
     async with pool_of(dsn, 2) as pool:
         ids = [r["id"] for r in await pool.fetch(READY_SQL)]
         points = int(await pool.fetchval(CHUNKS_SQL))
+    if not ids or not points:
+        print(f"index stage alone: nothing to index ({len(ids)} documents ready)")
+        return
     cmd = worker_command(dsn, data_dir, "--stages", "index", "--concurrency", "2")
     log = data_dir / "index-only.log"
     [idle] = await anyio.to_thread.run_sync(run_children, [cmd], log)
