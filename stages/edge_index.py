@@ -47,6 +47,7 @@ seconds per 50k points on 2 cores and would hold the lock that long).
 from __future__ import annotations
 
 import fcntl
+import itertools
 import json
 import logging
 import math
@@ -55,7 +56,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -288,7 +289,7 @@ class EdgeIndex:
             if points or session.get() is not None:
                 # Built in the thread: converting payloads into qdrant-edge's points is the
                 # index stage's largest CPU cost, and would otherwise hold the event loop.
-                session.write(collection, [*self._upserts(points), stale])
+                session.write(collection, itertools.chain(self._upserts(points), [stale]))
 
         await self._run(collection, "replace_document", run)
 
@@ -341,11 +342,10 @@ class EdgeIndex:
         for collection in list(self._sessions):
             await anyio.to_thread.run_sync(self._close_now, collection)
 
-    def _upserts(self, points: Sequence[Point]) -> list[qe.UpdateOperation]:
-        return [
-            qe.UpdateOperation.upsert_points(edge_points(batch))
-            for batch in batches(points, self.config.batch_size)
-        ]
+    def _upserts(self, points: Sequence[Point]) -> Iterator[qe.UpdateOperation]:
+        # One batch's qdrant-edge points at a time, not a whole document's (memory).
+        for batch in batches(points, self.config.batch_size):
+            yield qe.UpdateOperation.upsert_points(edge_points(batch))
 
     async def _delete(self, collection: str, query: qe.Filter) -> None:
         operation = qe.UpdateOperation.delete_points_by_filter(query)

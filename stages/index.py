@@ -15,6 +15,7 @@ from runtime.errors import MissingInput
 from runtime.models import Job
 from runtime.stage import DbConn, JobContext
 from stages import store
+from stages.heap import release_free_heap
 from stages.services import Services
 from stages.vector_index import DOCUMENT_FIELD, GENERATION_FIELD, Point, point_ids
 
@@ -45,6 +46,8 @@ class IndexStage:
         # One call for the whole document (upsert, then drop other generations' points):
         # the embedded index does it under one lock and one flush.
         await index.replace_document(collection, job.document_id, job.generation, points)
+        del rows, points
+        release_free_heap()  # a long document's rows and points
 
     async def write(self, conn: DbConn, job: Job, output: None) -> None:
         """The points are written; the engine marks the document ready in its commit."""
