@@ -1,7 +1,7 @@
 """Chaos soak: the acceptance chaos scenario, longer, with PostgreSQL restarts; prints figures.
 
 ``python -m bench.chaos [--pdfs 150] [--chaos-s 90] [--pg-restarts 2]`` runs the harness
-of :mod:`tests.support.chaos` against a private embedded PostgreSQL that it starts (and
+of :mod:`bench.harness.chaos` against a private embedded PostgreSQL that it starts (and
 restarts, ``--pg-restarts`` times, during the chaos) in a temporary directory. With
 ``--database-url URL`` it uses that server instead (a throwaway database is created and
 dropped) and restarts nothing unless ``--restart-command CMD`` is given explicitly, e.g.
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -27,12 +26,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
-import asyncpg
 import msgspec
 
-from runtime.embedded import EmbeddedPostgres
-from runtime.migrate import migrate
-from tests.support.chaos import (
+from bench.harness.chaos import (
     Chaos,
     ChaosConfig,
     CountingCohere,
@@ -41,8 +37,9 @@ from tests.support.chaos import (
     inspect,
     small_pdfs,
 )
-from tests.support.corpus import BROKEN_KINDS, CORPUS_DIR
-from tests.support.db import with_database
+from bench.harness.corpus import BROKEN_KINDS, CORPUS_DIR
+from bench.harness.db import migrate_database, throwaway_database
+from runtime.embedded import EmbeddedPostgres
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -66,22 +63,6 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     p.add_argument("--quiet", action="store_true", help="do not print each injected fault")
     return p.parse_args(argv)
-
-
-async def _admin(dsn: str, statement: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
-async def _migrate(dsn: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        await migrate(conn)
-    finally:
-        await conn.close()
 
 
 def _kill_postmaster(pg: EmbeddedPostgres, data_dir: Path) -> Callable[[], float]:
@@ -116,7 +97,7 @@ def _embedded_fleet(tmp: Path) -> Iterator[tuple[str, Callable[[], None], Callab
         pg.acquire()
 
     try:
-        anyio.run(_migrate, dsn)
+        migrate_database(dsn)
         yield dsn, restart, _kill_postmaster(pg, data_dir)
     finally:
         pg.stop()
@@ -146,19 +127,6 @@ def _server(args: argparse.Namespace, tmp: Path) -> Iterator[tuple[str, Callable
 
 def _run_shell(command: str) -> None:
     subprocess.run(command, shell=True, check=True)
-
-
-@contextlib.contextmanager
-def _database(server: str) -> Iterator[str]:
-    name = f"ragline_chaos_{secrets.token_hex(3)}"
-    anyio.run(_admin, server, f"CREATE DATABASE {name}")
-    dsn = with_database(server, name)
-    try:
-        anyio.run(_migrate, dsn)
-        yield dsn
-    finally:
-        with contextlib.suppress(OSError, asyncpg.PostgresError):
-            anyio.run(_admin, server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def _config(args: argparse.Namespace, restarts: int) -> ChaosConfig:
@@ -194,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
                 config = _config(args, args.pg_restarts)
                 config = msgspec.structs.replace(config, pg_kills=args.kill_postmaster)
                 return _soak(config, dsn, tmp, restart, quiet=args.quiet, kill=kill)
-        with _server(args, tmp) as (server, restart), _database(server) as dsn:
+        with (
+            _server(args, tmp) as (server, restart),
+            throwaway_database(server, "ragline_chaos") as dsn,
+        ):
             config = _config(args, args.pg_restarts if restart else 0)
             return _soak(config, dsn, tmp, restart, quiet=args.quiet)
     finally:

@@ -1,7 +1,7 @@
 """Embed-stage benchmark against a local Cohere-compatible server, in one run.
 
 ``python -m bench.embed [--docs N] [--rpm R] [--quick]`` starts
-``tests.support.fake_cohere`` in its own process (so its JSON work does not share the
+``bench.harness.fake_cohere`` in its own process (so its JSON work does not share the
 worker's GIL), creates a throwaway database (``ragline_bench_<random>``) on
 ``DATABASE_URL`` (default: the local server), parses and chunks N corpus documents with
 the real stages, then prints:
@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -39,13 +38,14 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import asyncpg
-import httpx
 import msgspec
 
+from bench.harness.fake_cohere import FakeCohereProcess
 from bench.ingest import corpus_files, load_note
 from bench.queue import bench_database, connection, heading, pool_of, row, server_dsn, verdict
 from runtime.documents import DocumentRepository
-from runtime.worker import Worker, WorkerConfig
+from runtime.worker import Worker
+from runtime.worker_config import WorkerConfig
 from stages.pipeline import DEFAULT_CONCURRENCY, STAGES, pipeline_for
 from stages.services import Services
 from stages.submit import submit
@@ -96,37 +96,7 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     times: list[datetime]
 
 
-# -- the fake Cohere server in its own process --------------------------------------------
-
-
-class FakeServer:
-    """``python -m tests.support.fake_cohere`` as a child process; counters over HTTP."""
-
-    def __init__(self, dims: int) -> None:
-        cmd = [sys.executable, "-m", "tests.support.fake_cohere", "--port", "0"]
-        self.proc = subprocess.Popen(
-            [*cmd, "--dims", str(dims)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        self.url = self.proc.stdout.readline().strip()
-        if not self.url.startswith("http"):
-            raise RuntimeError("fake Cohere server did not start")
-        self.http = httpx.Client(base_url=self.url, timeout=10)
-
-    def stats(self) -> dict[str, Any]:
-        stats: dict[str, Any] = self.http.get("/_stats").json()
-        return stats
-
-    def reset(self) -> None:
-        self.http.post("/_reset", json={}).raise_for_status()
-
-    def close(self) -> None:
-        self.http.close()
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
+# -- the environment of the runs ------------------------------------------------------------
 
 
 def base_env(url: str, rpm: int) -> dict[str, str]:
@@ -170,7 +140,13 @@ async def fill_limiter(services: Services) -> None:
 
 
 async def embed_pass(
-    dsn: str, env: Mapping[str, str], server: FakeServer, label: str, *, full: bool, slots: int
+    dsn: str,
+    env: Mapping[str, str],
+    server: FakeCohereProcess,
+    label: str,
+    *,
+    full: bool,
+    slots: int,
 ) -> Run:
     """Run embed+index with fresh services built from ``env``; count what was sent."""
     services = Services(env, Path(env["RAGLINE_DATA_DIR"]))
@@ -276,7 +252,11 @@ async def reembed_all(dsn: str, ids: Sequence[uuid.UUID]) -> None:
 
 
 async def section_rate(
-    dsn: str, env: Mapping[str, str], server: FakeServer, ids: Sequence[uuid.UUID], counted: Run
+    dsn: str,
+    env: Mapping[str, str],
+    server: FakeCohereProcess,
+    ids: Sequence[uuid.UUID],
+    counted: Run,
 ) -> None:
     rpm = int(env["RAGLINE_EMBED_RPM"])
     slots = DEFAULT_CONCURRENCY["embed"]
@@ -306,7 +286,7 @@ async def section_rate(
 async def section_cache(
     dsn: str,
     env: Mapping[str, str],
-    server: FakeServer,
+    server: FakeCohereProcess,
     files: Sequence[Path],
     ids: Sequence[uuid.UUID],
 ) -> None:
@@ -350,7 +330,7 @@ async def main(opts: Options) -> None:
     print(f"ragline embed benchmark: PostgreSQL {version}, Python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs, fake Cohere server in its own process")  # fmt: skip
     files = corpus_files(opts.docs)
-    server = FakeServer(PROD_DIMS)
+    server = FakeCohereProcess("--dims", str(PROD_DIMS))
     try:
         with tempfile.TemporaryDirectory(prefix="ragline-bench-") as tmp:
             env = {**base_env(server.url, opts.rpm), "RAGLINE_DATA_DIR": tmp}

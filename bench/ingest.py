@@ -43,11 +43,12 @@ import asyncpg
 import msgspec
 import pymupdf
 
+from bench.harness.corpus import CORPUS_DIR, corpus_ready
 from bench.queue import bench_database, connection, heading, pool_of, row, server_dsn, verdict
 from runtime.documents import DocumentRepository
-from stages.assets import AssetStore, DirStore
+from stages.assets import AssetStore
+from stages.dir_store import DirStore
 from stages.submit import inspect_file, submit
-from tests.support.corpus import CORPUS_DIR, corpus_ready
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN = "bench.standins:plugin"

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pymupdf
 
+from bench.harness.corpus import CORPUS_DIR, corpus_ready
 from stages.pdf import iter_pages, open_pdf
-from tests.support.corpus import CORPUS_DIR, corpus_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 Mode = Callable[[Path], int]

@@ -45,6 +45,7 @@ import anyio
 import asyncpg
 import msgspec
 
+from bench.harness.pipelines import STAGES
 from bench.queue import (
     LAST,
     RUN_TIMEOUT_S,
@@ -63,7 +64,6 @@ from bench.queue import (
     server_dsn,
     wake_latencies,
 )
-from tests.support.pipelines import STAGES
 
 #: PgQueuer's fallback poll; with LISTEN on it only matters if a notification is missed
 #: (PgQueuer itself re-polls after 0.1 s while it sees eligible work).

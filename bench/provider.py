@@ -5,7 +5,7 @@ throwaway database on ``DATABASE_URL`` (default: the local server) and prints:
 
 1. **fleet**: calls/min of 1, 3 and 6 worker processes (``python -m runtime --stages
    embed``, 4 slots each, one call per job through the engine's provider gate) sharing
-   ``RAGLINE_EMBED_RPM`` against ``tests.support.fake_cohere`` in its own process, which
+   ``RAGLINE_EMBED_RPM`` against ``bench.harness.fake_cohere`` in its own process, which
    answers 429 above that rate. Floors: at 3 and 6 processes the fleet calls at <= 110%
    of the budget and <= 2% of calls are answered 429.
 2. **overhead**: what the shared budget costs per call (one reservation round trip; callers
@@ -27,7 +27,6 @@ import contextlib
 import itertools
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,9 +36,11 @@ from typing import Any
 
 import anyio
 import asyncpg
-import httpx
 import msgspec
 
+from bench.harness.fake_cohere import FakeCohereProcess
+from bench.harness.fleet import run_fleet, start_fleet, submit_jobs
+from bench.harness.pipelines import STAGES, ScriptedStage
 from bench.queue import (
     THROUGHPUT_POLL_S,
     Pool,
@@ -53,11 +54,11 @@ from bench.queue import (
     server_dsn,
     verdict,
 )
-from runtime.providers import DEFAULT_PROBE_S, SESSION_SETTINGS, Providers, ProviderSpec
+from runtime.provider_gate import Providers
+from runtime.providers import DEFAULT_PROBE_S, SESSION_SETTINGS, ProviderSpec
 from runtime.stage import JobContext, Pipeline
-from runtime.worker import Worker, WorkerConfig
-from tests.support.fleet import run_fleet, start_fleet, submit_jobs
-from tests.support.pipelines import STAGES, ScriptedStage
+from runtime.worker import Worker
+from runtime.worker_config import WorkerConfig
 
 PARTS = ("fleet", "overhead", "hops", "outage")
 NAME = "cohere/embed-v4.0"
@@ -79,33 +80,6 @@ class Options(msgspec.Struct, frozen=True, kw_only=True):
     outage_s: float = 90.0
 
 
-class FakeServer:
-    """``python -m tests.support.fake_cohere`` in its own process."""
-
-    def __init__(self, *extra: str) -> None:
-        cmd = [sys.executable, "-m", "tests.support.fake_cohere", "--port", "0", "--dims", "8"]
-        self.proc = subprocess.Popen(
-            [*cmd, *extra], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-        )
-        assert self.proc.stdout is not None
-        self.url = self.proc.stdout.readline().strip()
-        if not self.url.startswith("http"):
-            raise RuntimeError("fake Cohere server did not start")
-        self.http = httpx.Client(base_url=self.url, timeout=10)
-
-    def stats(self) -> dict[str, Any]:
-        stats: dict[str, Any] = self.http.get("/_stats").json()
-        return stats
-
-    def outage(self, status: int | None) -> None:
-        self.http.post("/_outage", json={"status": status}).raise_for_status()
-
-    def close(self) -> None:
-        self.http.close()
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
-
-
 # -- 1. fleet rate --------------------------------------------------------------------------
 
 
@@ -117,7 +91,7 @@ def section_fleet(dsn: str, opts: Options, logs: Path) -> None:
     widths = (9, 7, 12, 9, 10, 8, 18)
     row("processes", "calls", "calls/min", "of budget", "429s", "429 %", "floor <=110%, <=2%",
         widths=widths)  # fmt: skip
-    server = FakeServer("--rate-limit-per-s", f"{opts.rpm / 60:g}")
+    server = FakeCohereProcess("--dims", "8", "--rate-limit-per-s", f"{opts.rpm / 60:g}")
     try:
         for n in opts.processes:
             jobs = int(opts.rpm / 60 * opts.fleet_s)
@@ -328,7 +302,7 @@ def section_outage(dsn: str, opts: Options, logs: Path) -> None:
         f"4. A {opts.outage_s:g} s full outage (503) mid-run: 2 processes x 4 slots, "
         "default retry and circuit settings (RAGLINE_EMBED_RPM=600 paces the run)"
     )
-    server = FakeServer()
+    server = FakeCohereProcess("--dims", "8")
     jobs = 300
     ids = submit_jobs(dsn, jobs, "embed")
     fleet = start_fleet(dsn, server.url, 2, logs, RAGLINE_EMBED_RPM="600")

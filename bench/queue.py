@@ -33,14 +33,15 @@ import asyncpg
 import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from bench.harness.db import with_database
+from bench.harness.pipelines import STAGES, ScriptedStage
 from runtime.migrate import migrate
 from runtime.models import NewJob
 from runtime.repository import JobRepository
 from runtime.repository import Q as JOB_QUERIES
 from runtime.stage import Pipeline
-from runtime.worker import Worker, WorkerConfig
-from tests.support.db import with_database
-from tests.support.pipelines import STAGES, ScriptedStage
+from runtime.worker import Worker
+from runtime.worker_config import WorkerConfig
 
 Conn: TypeAlias = "asyncpg.Connection[Any]"
 Pool: TypeAlias = "asyncpg.Pool[Any]"

@@ -36,13 +36,15 @@ import asyncpg
 import httpx
 import msgspec
 
+from bench.harness.cli import Cli
+from bench.harness.db import throwaway_database
+from bench.harness.serve import running_server
 from bench.queue import hops_per_s, run_ragline
 from bench.serve_support import (
     PARTS,
     SAMPLES,
     Options,
     bench_db,
-    database,
     http_uploads,
     pct,
     served,
@@ -50,8 +52,6 @@ from bench.serve_support import (
     verdict,
 )
 from runtime.events import EventHub
-from tests.support.cli import Cli
-from tests.support.serve import running_server
 
 UPLOAD_FLOOR = 0.8
 SSE_P50_MS, SSE_P99_MS = 10.0, 50.0
@@ -125,7 +125,7 @@ def section_upload(opts: Options, tmp: Path) -> None:
         (folder / f.name).symlink_to(f.resolve())
     mb = sum(f.stat().st_size for f in files) / 1e6
     print(f"\n== 2. Uploads: the same {len(files)} PDFs ({mb:.0f} MB), fresh database each ==")
-    with database(opts.server_dsn) as dsn:
+    with throwaway_database(opts.server_dsn, "ragline_bserve") as dsn:
         cli = Cli(dsn, tmp / "cli-data", tmp / "cli-logs")
         cli.run("migrate")
         started = time.perf_counter()
@@ -297,7 +297,7 @@ def section_search(opts: Options, tmp: Path) -> None:
     started = time.perf_counter()
     anyio.run(fill_index, data, opts.points)
     fill_s = time.perf_counter() - started
-    with database(opts.server_dsn) as dsn:
+    with throwaway_database(opts.server_dsn, "ragline_bserve") as dsn:
         cli = Cli(dsn, data, tmp / "search" / "logs")
         with running_server(cli) as server:
             lat = anyio.run(search_latencies, server.url, opts.searches)

@@ -13,10 +13,10 @@ import asyncpg
 import httpx
 import msgspec
 
+from bench.harness.cli import Cli
+from bench.harness.db import throwaway_database, with_database
+from bench.harness.serve import Server, running_server
 from runtime.migrate import migrate
-from tests.support.cli import Cli
-from tests.support.db import with_database
-from tests.support.serve import Server, running_server
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "corpus" / "cache" / "pdfs"
@@ -85,18 +85,8 @@ async def bench_db(server_dsn: str) -> AsyncIterator[str]:
 
 
 @contextmanager
-def database(server_dsn: str) -> Iterator[str]:
-    """A throwaway migrated database for subprocesses (a server, the CLI)."""
-    name = anyio.run(create_db, server_dsn)
-    try:
-        yield with_database(server_dsn, name)
-    finally:
-        anyio.run(drop_db, server_dsn, name)
-
-
-@contextmanager
 def served(opts: Options, tmp: Path, *args: str, **env: str) -> Iterator[tuple[Server, Cli]]:
-    with database(opts.server_dsn) as dsn:
+    with throwaway_database(opts.server_dsn, "ragline_bserve") as dsn:
         cli = Cli(dsn, tmp / "data", tmp / "logs")
         with running_server(cli, *args, **env) as server:
             yield server, cli

@@ -16,10 +16,11 @@ import numpy as np
 
 from runtime.plugin import BuildContext, Plugin
 from runtime.stage import Pipeline
-from stages.embedder import Embedder, InputType
+from stages.embedder_protocol import Embedder, InputType
 from stages.pipeline import DEFAULT_CONCURRENCY, STAGES, pipeline_for
 from stages.services import Services
-from stages.vision_model import NoVision, VisionModel
+from stages.vision_model import NoVision
+from stages.vision_protocol import VisionModel
 
 ZERO_DIMS = 64
 #: The same batch size as Cohere's, so the embed stage batches as it does in production.

@@ -1,28 +1,5 @@
 """ragline's engine: per-stage leased jobs on PostgreSQL.
 
-Knows documents, jobs, leases and stages by name; never imports the pipeline.
+Knows documents, jobs, leases and stages by name; never imports the pipeline. A pipeline
+uses the engine through one face, :mod:`runtime.api`.
 """
-
-from runtime.errors import (
-    InvalidDocument,
-    LeaseLost,
-    MissingInput,
-    PermanentError,
-    RaglineError,
-    RateLimited,
-    TransientError,
-)
-from runtime.stage import JobContext, Pipeline, Stage
-
-__all__ = [
-    "InvalidDocument",
-    "JobContext",
-    "LeaseLost",
-    "MissingInput",
-    "PermanentError",
-    "Pipeline",
-    "RaglineError",
-    "RateLimited",
-    "Stage",
-    "TransientError",
-]

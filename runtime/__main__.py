@@ -4,7 +4,6 @@ from runtime.memory import limit_malloc_arenas
 
 limit_malloc_arenas()  # before any thread starts
 
-from runtime import commands  # noqa: E402, F401  (registers status, failures, retry)
 from runtime.cli import main  # noqa: E402
 from runtime.private import private_umask  # noqa: E402
 

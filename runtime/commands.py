@@ -1,8 +1,11 @@
-"""The engine's own commands: status, failures, retry (any pipeline)."""
+"""The engine's own commands: status, failures, retry, migrate, db stop (any pipeline).
+
+Plain click commands, listed in :data:`ENGINE_COMMANDS`; ``runtime.cli`` declares its
+group with them.
+"""
 
 from __future__ import annotations
 
-import json
 import sys
 import uuid
 from datetime import UTC, datetime
@@ -11,8 +14,17 @@ from typing import Any
 import click
 import msgspec
 
-from runtime.cli import EXIT_FAILED, EXIT_OK, App, guarded, main, run_async
-from runtime.database import open_pool
+from runtime.cli_app import (
+    EXIT_FAILED,
+    EXIT_OK,
+    App,
+    emit,
+    guarded,
+    json_option,
+    parse_ids,
+    run_async,
+)
+from runtime.database import ensure_schema, open_pool
 from runtime.documents import DocumentRepository
 from runtime.models import Document, JobRow, JobState
 from runtime.names import escape_name
@@ -22,19 +34,6 @@ from runtime.status import StageStatus, failures, overview, provider_waits, queu
 
 #: A worker counts as live if seen within this many seconds (it heartbeats far more often).
 LIVE_WORKER_S = 120.0
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-
-
-def parse_ids(values: tuple[str, ...]) -> list[uuid.UUID]:
-    try:
-        return [uuid.UUID(v) for v in values]
-    except ValueError as exc:
-        raise click.BadParameter(f"not a document id: {exc}") from exc
-
-
-def emit(data: Any) -> None:
-    click.echo(json.dumps(msgspec.to_builtins(data), default=str))
 
 
 async def stage_table(pool: Pool, stages: tuple[str, ...]) -> list[StageStatus]:
@@ -137,7 +136,7 @@ def print_timeline(t: Timeline) -> None:
         click.echo(f"  {note}")
 
 
-@main.command()
+@click.command()
 @click.argument("document", required=False)
 @json_option
 @click.pass_obj
@@ -175,7 +174,7 @@ def status(app: App, document: str | None, as_json: bool) -> None:
         print_timeline(result)
 
 
-@main.command("failures")
+@click.command("failures")
 @click.option("--stage", help="Only failures of this stage.")
 @click.option("--error-kind", help="Only this kind (invalid_document, transient, ...).")
 @click.option("--limit", default=100, show_default=True)
@@ -204,7 +203,7 @@ def failures_cmd(
         )
 
 
-@main.command()
+@click.command()
 @click.argument("documents", nargs=-1)
 @click.option("--stage", help="Only jobs that failed at this stage.")
 @click.option("--error-kind", help="Only jobs that failed with this kind.")
@@ -229,3 +228,50 @@ def retry(
     else:
         click.echo(f"requeued {len(requeued)} job(s)")
     sys.exit(EXIT_OK if requeued else EXIT_FAILED)
+
+
+@click.command()
+@click.pass_obj
+def migrate(app: App) -> None:
+    """Apply pending schema migrations (safe to run from many processes at once)."""
+
+    def body(dsn: str) -> None:
+        applied = run_async(ensure_schema, dsn)
+        click.echo(f"applied {len(applied)} migration(s)" if applied else "schema up to date")
+
+    no_auto = msgspec.structs.replace(app, auto_migrate=False)
+    guarded(lambda: no_auto.with_database(body, schema_check=False))
+
+
+@click.group()
+def db() -> None:
+    """The embedded PostgreSQL (used when DATABASE_URL is unset)."""
+
+
+@db.command("stop")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Ask the processes using it to stop (SIGTERM), wait for them, then stop it.",
+)
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="With --force: seconds to wait for those processes.",
+)
+@click.pass_obj
+def db_stop(app: App, force: bool, wait_s: float) -> None:
+    """Stop the embedded PostgreSQL under --data-dir; refused while ragline processes use
+    it, unless --force."""
+    from runtime.embedded import EmbeddedPostgres
+    from runtime.supervisor import stop_embedded
+
+    cluster = EmbeddedPostgres(app.data_dir)
+    stopped = guarded(lambda: stop_embedded(cluster, force=force, wait_s=wait_s))
+    click.echo("stopped" if stopped else "not running")
+
+
+ENGINE_COMMANDS: tuple[click.Command, ...] = (status, failures_cmd, retry, migrate, db)

@@ -21,8 +21,8 @@ import anyio
 
 from runtime.clock import Clock
 from runtime.dberrors import CONNECTION_ERRORS
+from runtime.jobstore import Claim, JobStore
 from runtime.models import Job
-from runtime.repository import Claim, JobRepository
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class _Request:
 class Completer:
     def __init__(
         self,
-        repo: JobRepository,
+        repo: JobStore,
         worker_id: str,
         lease_s: float,
         clock: Clock | None = None,

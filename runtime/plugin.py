@@ -11,11 +11,12 @@ import importlib
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
+import click
 import msgspec
 
 from runtime.errors import ConfigurationError
+from runtime.repository import Pool
 from runtime.settings import Setting
 from runtime.stage import Pipeline
 
@@ -34,14 +35,15 @@ class Plugin(msgspec.Struct, frozen=True, kw_only=True):
     stage_names: tuple[str, ...]
     build: Callable[[BuildContext], Pipeline]
     default_concurrency: Mapping[str, int] = msgspec.field(default_factory=dict)
-    #: Extra click commands (submit, ingest, search, ...).
-    commands: Sequence[Any] = ()
+    #: The pipeline's commands (submit, ingest, search, ...), registered by the CLI next to
+    #: the engine's. They get the :class:`runtime.cli_app.App` as their click object.
+    commands: Sequence[click.Command] = ()
     #: The pipeline's rows of the settings table (:class:`runtime.settings.Setting`),
     #: checked with the engine's before anything starts.
     settings: Sequence[Setting] = ()
     #: Extra lines for ``status``: ``(pool, None)`` for the overview, ``(pool, document
     #: id)`` for one document's timeline (facts only the pipeline knows).
-    status_notes: Callable[[Any, uuid.UUID | None], Awaitable[list[str]]] | None = None
+    status_notes: Callable[[Pool, uuid.UUID | None], Awaitable[list[str]]] | None = None
 
 
 def load_plugin(spec: str) -> Plugin:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeAlias, TypeVar
 
 import asyncpg
 import msgspec
 
 import schema
+from runtime.jobstore import PEERS_SEEN_WITHIN_S, Claim, Deferral, Rescued, Settled
 from runtime.models import Failure, Job, JobRow, JobState, NewJob
 from runtime.stage import DbConn, Writer
 
@@ -37,82 +38,55 @@ def to_struct(kind: type[S], record: asyncpg.Record, skip: frozenset[str] = froz
 _SETTLE_ONLY = frozenset({"kind", "notified"})
 
 
-#: Workers heard from within this long count as serving their stages (conservative: a
-#: dead one only costs NOTIFYs nobody needed).
-PEERS_SEEN_WITHIN_S = 120.0
+class WorkerRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A row of the workers table (who serves which stages)."""
 
-
-class Claim(msgspec.Struct, frozen=True):
-    """Jobs to lease in a :meth:`JobRepository.settle`: how many per stage, for whom."""
-
-    worker_id: str
-    lease_s: float
-    limits: Mapping[str, int]
-
-
-class Settled(msgspec.Struct):
-    """What a :meth:`JobRepository.settle` did: ids completed, jobs leased."""
-
-    held: set[int] = msgspec.field(default_factory=set)
-    claimed: list[Job] = msgspec.field(default_factory=list)
-
-
-class Rescued(msgspec.Struct, frozen=True, kw_only=True):
-    """A job the sweep took back from a worker that is gone."""
-
-    id: int
-    document_id: uuid.UUID
-    stage: str
-    state: JobState
-    last_error: str | None
-    generation: int = 1
-    attempts: int = 0
-    max_attempts: int = 0
-    created_at: datetime | None = None
-
-    def as_job(self, filename: str = "") -> Job:
-        """The job as a stage's ``on_failed`` takes it (no lease: the sweep ended it)."""
-        when = self.created_at or datetime.now(UTC)
-        return Job(
-            id=self.id,
-            document_id=self.document_id,
-            stage=self.stage,
-            generation=self.generation,
-            attempts=self.attempts,
-            max_attempts=self.max_attempts,
-            lease_token=uuid.UUID(int=0),
-            lease_expires_at=when,
-            created_at=when,
-            filename=filename,
-        )
-
-
-class Deferral(msgspec.Struct, frozen=True, kw_only=True):
-    """How :meth:`JobRepository.defer` hands a job back after a transient failure."""
-
-    #: Least delay (a server's Retry-After).
-    floor_s: float = 0.0
-    #: First backoff delay; 0 retries as soon as claims allow (an open circuit holds them).
-    base_s: float = 2.0
-    cap_s: float = 300.0
-    #: Retry budget: failing for longer than this fails the job.
-    retry_for_s: float = 86400.0
-    #: The attempt checkpointed progress: the failures' clock starts over.
-    progressed: bool = False
-
-
-class Worker(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     stages: list[str]
     started_at: datetime
     last_seen_at: datetime
 
 
-class JobRepository:
-    """Jobs and workers."""
+class WorkerRegistry:
+    """The workers table, and the leases of workers known to be gone."""
 
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
+
+    async def register_worker(
+        self, worker_id: str, stages: Sequence[str], peers_within_s: float = PEERS_SEEN_WITHIN_S
+    ) -> set[str]:
+        """Register (or refresh) a worker; returns the stages that other workers seen in
+        the last ``peers_within_s`` serve."""
+        rows = await self.pool.fetch(W["upsert_worker"], worker_id, list(stages), peers_within_s)
+        return {r["stage"] for r in rows}
+
+    async def announce_worker(self, channel: str, payload: str) -> None:
+        await self.pool.execute(W["announce_worker"], channel, payload)
+
+    async def unregister_worker(self, worker_id: str) -> None:
+        await self.pool.execute(W["delete_worker"], worker_id)
+
+    async def prune_workers(self, older_than_s: float) -> None:
+        await self.pool.execute(W["prune_workers"], older_than_s)
+
+    async def live_workers(self, seen_within_s: float) -> list[WorkerRow]:
+        rows = await self.pool.fetch(W["live_workers"], seen_within_s)
+        return [to_struct(WorkerRow, r) for r in rows]
+
+    async def running_owners_on_host(self, prefix: str) -> list[str]:
+        rows = await self.pool.fetch(Q["running_owners_on_host"], prefix)
+        return [r["lease_owner"] for r in rows]
+
+    async def expire_leases_of(self, owners: Sequence[str]) -> int:
+        return int(await self.pool.fetchval(Q["expire_leases_of"], list(owners)))
+
+    async def expire_connections(self) -> None:
+        await self.pool.expire_connections()
+
+
+class JobRepository(WorkerRegistry):
+    """Jobs and workers on PostgreSQL; implements :class:`runtime.jobstore.JobStore`."""
 
     async def claim(
         self, stage: str, worker_id: str, limit: int, lease_s: float, now: datetime | None = None
@@ -164,13 +138,13 @@ class JobRepository:
         """
         if write is not None and len(jobs) != 1:
             raise ValueError("a writer completes exactly one job")
-        args = self._settle_args(jobs, claim, now, own_free or {})
+        args = _settle_args(jobs, claim, now, own_free or {})
         if write is None:
             rows = await self.pool.fetch(*args)
-            settled = self._settled(rows)
+            settled = _settled(rows)
         else:
             async with self.pool.acquire() as conn, conn.transaction():
-                settled = self._settled(await conn.fetch(*args))
+                settled = _settled(await conn.fetch(*args))
                 if settled.held:
                     await write(conn)
         missing = [job for job, _ in jobs if job.id not in settled.held]
@@ -183,38 +157,6 @@ class JobRepository:
             Q["completed_earlier"], [j.id for j in jobs], [j.lease_token for j in jobs]
         )
         return {r["id"] for r in rows}
-
-    @staticmethod
-    def _settle_args(
-        jobs: Sequence[tuple[Job, str | None]],
-        claim: Claim | None,
-        now: datetime | None,
-        own_free: Mapping[str, int],
-    ) -> tuple[Any, ...]:
-        limits = claim.limits if claim else {}
-        return (
-            Q["complete_and_claim"],
-            [j.id for j, _ in jobs],
-            [j.lease_token for j, _ in jobs],
-            [n for _, n in jobs],
-            now,
-            claim.worker_id if claim else "",
-            claim.lease_s if claim else 0.0,
-            list(limits),
-            list(limits.values()),
-            list(own_free),
-            list(own_free.values()),
-        )
-
-    @staticmethod
-    def _settled(rows: Sequence[asyncpg.Record]) -> Settled:
-        settled = Settled()
-        for r in rows:
-            if r["kind"] == "completed":
-                settled.held.add(r["id"])
-            else:
-                settled.claimed.append(to_struct(Job, r, skip=_SETTLE_ONLY))
-        return settled
 
     async def retry_or_fail(
         self, job: Job, failure: Failure, delay_s: float, now: datetime | None = None
@@ -284,12 +226,14 @@ class JobRepository:
             for r in rows
         ]
 
-    async def running_owners_on_host(self, prefix: str) -> list[str]:
-        rows = await self.pool.fetch(Q["running_owners_on_host"], prefix)
-        return [r["lease_owner"] for r in rows]
-
-    async def expire_leases_of(self, owners: Sequence[str]) -> int:
-        return int(await self.pool.fetchval(Q["expire_leases_of"], list(owners)))
+    async def checkpoint(self, job: Job, write: Writer) -> bool:
+        """Run ``write`` in one transaction if the job still holds its lease (its row
+        locked meanwhile); False and nothing written if it does not."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            if not await self.check_lease(conn, job):
+                return False
+            await write(conn)
+        return True
 
     async def check_lease(self, conn: Conn, job: Job) -> bool:
         """Inside ``conn``'s transaction: lock the job's row if its lease still holds."""
@@ -339,23 +283,34 @@ class JobRepository:
         rows = await self.pool.fetch(Q["retry_failed"], stage, kind, ids)
         return [(r["document_id"], r["stage"]) for r in rows]
 
-    async def register_worker(
-        self, worker_id: str, stages: Sequence[str], peers_within_s: float = PEERS_SEEN_WITHIN_S
-    ) -> set[str]:
-        """Register (or refresh) a worker; returns the stages that other workers seen in
-        the last ``peers_within_s`` serve."""
-        rows = await self.pool.fetch(W["upsert_worker"], worker_id, list(stages), peers_within_s)
-        return {r["stage"] for r in rows}
 
-    async def announce_worker(self, channel: str, payload: str) -> None:
-        await self.pool.execute(W["announce_worker"], channel, payload)
+def _settle_args(
+    jobs: Sequence[tuple[Job, str | None]],
+    claim: Claim | None,
+    now: datetime | None,
+    own_free: Mapping[str, int],
+) -> tuple[Any, ...]:
+    limits = claim.limits if claim else {}
+    return (
+        Q["complete_and_claim"],
+        [j.id for j, _ in jobs],
+        [j.lease_token for j, _ in jobs],
+        [n for _, n in jobs],
+        now,
+        claim.worker_id if claim else "",
+        claim.lease_s if claim else 0.0,
+        list(limits),
+        list(limits.values()),
+        list(own_free),
+        list(own_free.values()),
+    )
 
-    async def unregister_worker(self, worker_id: str) -> None:
-        await self.pool.execute(W["delete_worker"], worker_id)
 
-    async def prune_workers(self, older_than_s: float) -> None:
-        await self.pool.execute(W["prune_workers"], older_than_s)
-
-    async def live_workers(self, seen_within_s: float) -> list[Worker]:
-        rows = await self.pool.fetch(W["live_workers"], seen_within_s)
-        return [to_struct(Worker, r) for r in rows]
+def _settled(rows: Sequence[asyncpg.Record]) -> Settled:
+    settled = Settled()
+    for r in rows:
+        if r["kind"] == "completed":
+            settled.held.add(r["id"])
+        else:
+            settled.claimed.append(to_struct(Job, r, skip=_SETTLE_ONLY))
+    return settled

@@ -19,8 +19,8 @@ from runtime.clock import Clock
 from runtime.dberrors import CONNECTION_ERRORS
 from runtime.errors import ConfigurationError
 from runtime.identity import dead_here, host_prefix
+from runtime.jobstore import JobStore, Rescued
 from runtime.models import JobState
-from runtime.repository import JobRepository, Rescued
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class RescuerConfig(msgspec.Struct, frozen=True, kw_only=True):
 class Rescuer:
     def __init__(
         self,
-        repo: JobRepository,
+        repo: JobStore,
         config: RescuerConfig,
         clock: Clock | None = None,
         on_failed: Callable[[Rescued], Awaitable[None]] | None = None,

@@ -8,7 +8,8 @@ accepts (exit 2), never a traceback or a failed document. A new variable is one 
     Setting.number("RAGLINE_CIRCUIT_FAILURES", int, minimum=1)
 
 Values given as CLI flags go through the same row (``option`` names the click parameter).
-The table validates; the components still read their values where they always did.
+The pipeline's components read their values through the same rows (:class:`EnvReader`),
+so a bad value is the same one line whether the start-up check or a factory meets it.
 """
 
 from __future__ import annotations
@@ -315,6 +316,57 @@ def validate_env(env: Mapping[str, str], table: Iterable[Setting]) -> None:
             raise ConfigurationError(problem)
 
 
+class EnvReader:
+    """Typed values of the variables in ``table``, read from ``env``.
+
+    Every read goes through the variable's row, so a bad value fails the same way wherever
+    it is read: :class:`ConfigurationError` with the row's one line, the one
+    :func:`validate_env` gives at start (the CLI exits 2). An unset or empty variable gives
+    ``default``; reading a variable that has no row is a bug (KeyError).
+    """
+
+    def __init__(self, env: Mapping[str, str], table: Iterable[Setting]) -> None:
+        self._env = env
+        self._rows = {setting.name: setting for setting in table}
+
+    def raw(self, name: str) -> str | None:
+        """The stripped value, checked against its row; None when unset or empty."""
+        row = self._rows.get(name)
+        if row is None:
+            raise KeyError(f"{name} has no row in the settings table")
+        raw = self._env.get(name)
+        # Empty reads as unset, as the factories always did (callers override a variable
+        # away with ""); the start-up check refuses an empty value where the row does.
+        if raw is None or raw.strip() == "":
+            return None
+        if problem := row.problem(raw):
+            raise ConfigurationError(problem)
+        return raw.strip()
+
+    def text(self, name: str, default: str | None = None) -> str | None:
+        return self.raw(name) or default
+
+    def integer(self, name: str, default: int) -> int:
+        raw = self.raw(name)
+        return default if raw is None else int(raw)
+
+    def optional_integer(self, name: str) -> int | None:
+        raw = self.raw(name)
+        return None if raw is None else int(raw)
+
+    def number(self, name: str, default: float) -> float:
+        raw = self.raw(name)
+        return default if raw is None else float(raw)
+
+    def flag(self, name: str, default: bool) -> bool:
+        raw = self.raw(name)
+        return default if raw is None else parse_bool(name, raw)
+
+    def choice(self, name: str, default: str) -> str:
+        raw = self.raw(name)
+        return default if raw is None else raw.lower()
+
+
 def validate_options(values: Mapping[str, Any], table: Iterable[Setting]) -> None:
     """The same checks for values given as command-line flags (``values`` by parameter
     name), naming the flag."""
@@ -332,6 +384,7 @@ def validate_options(values: Mapping[str, Any], table: Iterable[Setting]) -> Non
 __all__ = [
     "ENGINE_SETTINGS",
     "MAX_CONCURRENCY",
+    "EnvReader",
     "Setting",
     "duration_s",
     "parse_bool",

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
-from runtime.plugin import Plugin
-from stages import cli, store
+from runtime.api import Plugin, Pool
+from stages import store
+from stages.cli import delete, reprocess, search, verify_cmd
+from stages.cli_ingest import ingest
+from stages.cli_submit import submit
 from stages.pipeline import DEFAULT_CONCURRENCY, STAGES, build
 from stages.serve.cli import serve
 from stages.settings import PIPELINE_SETTINGS
 
 
-async def status_notes(pool: Any, document_id: uuid.UUID | None) -> list[str]:
+async def status_notes(pool: Pool, document_id: uuid.UUID | None) -> list[str]:
     """``status``'s lines on chunk sizes: chunks longer than the embedder's window (their
     tail is never embedded; expected 0) overall, or a document's chunk sizes."""
     if document_id is None:
@@ -32,7 +34,7 @@ plugin = Plugin(
     stage_names=STAGES,
     build=build,
     default_concurrency=DEFAULT_CONCURRENCY,
-    commands=[*cli.COMMANDS, serve],
+    commands=(submit, ingest, search, reprocess, delete, verify_cmd, serve),
     settings=PIPELINE_SETTINGS,
     status_notes=status_notes,
 )

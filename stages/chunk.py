@@ -15,9 +15,7 @@ import logging
 import anyio.to_thread
 from prometheus_client import Counter, Histogram
 
-from runtime.errors import MissingInput
-from runtime.models import Job
-from runtime.stage import DbConn, JobContext
+from runtime.api import DbConn, Job, JobContext, MissingInput
 from stages import store
 from stages.chunking import chunk_pages
 from stages.heap import release_free_heap

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 import msgspec
 from semchunk.semchunk import chunk as semchunk_chunk
 
-from runtime.errors import ConfigurationError
+from runtime.api import ConfigurationError
 from stages.tokens import CharCounter, Prefix, TokenCounter
 
 __all__ = ["Chunk", "ChunkConfig", "ChunkSizes", "chunk_pages", "is_heading"]

@@ -1,301 +1,38 @@
-"""The pipeline's commands: submit, ingest, search, delete, verify.
+"""The pipeline's commands for what is already in: search, reprocess, delete, verify.
 
-They run under ``python -m runtime`` (the engine's CLI loads them through the plugin) and
-share its global options: database, data dir, log format, worker flags.
+They run under ``python -m runtime`` (the engine's CLI loads them through the plugin,
+``stages.app``, with ``submit`` and ``ingest``) and share its global options: database,
+data dir, log format, worker flags.
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import sys
-import uuid
-from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import anyio
-import asyncpg
 import click
 import msgspec
 
-from runtime.cli import (
+from runtime.api import (
     EXIT_FAILED,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
     App,
+    DocumentRepository,
+    MissingInput,
+    escape_name,
     guarded,
+    json_option,
+    open_pool,
+    parse_ids,
     run_async,
-    worker_config,
 )
-from runtime.commands import parse_ids
-from runtime.database import open_pool
-from runtime.dberrors import CONNECTION_ERRORS, is_storage_full
-from runtime.documents import DocumentRepository
-from runtime.errors import MissingInput, RaglineError, StorageFull, one_line
-from runtime.models import Document, DocumentStatus
-from runtime.names import escape_name
-from runtime.repository import Pool
-from runtime.worker import Worker
 from stages import store
-from stages.pipeline import pipeline_for, services_for
-from stages.progress import watch
+from stages.pipeline import STAGES, services_for
 
-# The services pull in PyMuPDF, onnxruntime, qdrant-client and minio (seconds of imports):
-# commands import them when they run, so `--help` and `status` stay quick.
 if TYPE_CHECKING:
-    from stages.services import Services
     from stages.verify import Report
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-force_option = click.option(
-    "--force", is_flag=True, help="Submit again even if the same bytes are already there."
-)
-
-
-class Refused(msgspec.Struct, frozen=True):
-    path: str
-    reason: str
-
-
-class SubmitResult(msgspec.Struct, frozen=True):
-    path: str
-    document_id: uuid.UUID
-    created: bool
-
-
-def expand(paths: Sequence[str]) -> tuple[list[Path], list[Refused]]:
-    """Files as given, PDFs found in directories (recursively), globs expanded."""
-    files: list[Path] = []
-    refused: list[Refused] = []
-    for raw in paths:
-        matches = sorted(glob.glob(raw, recursive=True)) if glob.has_magic(raw) else [raw]
-        if not matches:
-            refused.append(Refused(escape_name(raw), "no file matches"))
-        for match in matches:
-            path = Path(match)
-            if path.is_dir():
-                found, dangling = pdfs_under(path)
-                files.extend(found)
-                refused.extend(dangling)
-            elif path.is_file():
-                files.append(path)
-            elif path.is_symlink():
-                refused.append(Refused(escape_name(match), DANGLING))
-            else:
-                refused.append(Refused(escape_name(raw), "no such file or directory"))
-    return files, refused
-
-
-DANGLING = "symbolic link to a file that does not exist"
-
-
-def pdfs_under(directory: Path) -> tuple[list[Path], list[Refused]]:
-    """The PDFs below ``directory``, and a refusal per dangling ``*.pdf`` symlink."""
-    candidates = sorted(p for p in directory.rglob("*") if p.suffix.lower() == ".pdf")
-    found = [p for p in candidates if p.is_file()]
-    dangling = [
-        Refused(escape_name(str(p)), DANGLING)
-        for p in candidates
-        if p.is_symlink() and not p.exists()
-    ]
-    return found, dangling
-
-
-async def submit_paths(
-    pool: Pool, services: Services, files: Iterable[Path], force: bool
-) -> tuple[list[SubmitResult], list[Refused]]:
-    from stages.submit import submit as submit_one
-
-    done: list[SubmitResult] = []
-    refused: list[Refused] = []
-    for path in files:
-        shown = escape_name(str(path))
-        try:
-            result = await submit_one(pool, services.assets, path, force=force)
-        except RaglineError as exc:
-            refused.append(Refused(shown, exc.message))
-            continue
-        except asyncpg.DataError as exc:  # this file's data, not the others'
-            refused.append(Refused(shown, one_line(f"{type(exc).__name__}: {exc}")))
-            continue
-        except OSError as exc:
-            if not is_storage_full(exc):
-                raise
-            # The next file would not fit either: stop here, saying what went in.
-            raise StorageFull(
-                one_line(
-                    f"storage full while storing {shown}: {exc.strerror or exc}; "
-                    f"{len(done)} file(s) submitted before it, the rest not"
-                )
-            ) from exc
-        done.append(SubmitResult(shown, result.document_id, result.created))
-    return done, refused
-
-
-def report_refused(refused: Sequence[Refused]) -> None:
-    for r in refused:
-        click.echo(f"refused {r.path}: {r.reason}", err=True)
-
-
-@click.command()
-@click.argument("paths", nargs=-1, required=True)
-@force_option
-@json_option
-@click.pass_obj
-def submit(app: App, paths: tuple[str, ...], force: bool, as_json: bool) -> None:
-    """Store PDFs and queue them for processing (files, directories, globs).
-
-    A file that is not a PDF or cannot be read is refused with one line; the rest go in.
-    Exit 0 when everything went in, 1 when something was refused.
-    """
-    files, refused = expand(paths)
-
-    async def go(dsn: str) -> tuple[list[SubmitResult], list[Refused]]:
-        services = services_for(app.build_context())
-        async with services.lifespan(), open_pool(dsn) as pool:
-            return await submit_paths(pool, services, files, force)
-
-    done, more = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
-    refused = refused + more
-    if as_json:
-        click.echo(
-            json.dumps(
-                {"submitted": msgspec.to_builtins(done), "refused": msgspec.to_builtins(refused)}
-            )
-        )
-    else:
-        for d in done:
-            click.echo(f"{'submitted' if d.created else 'already there'} {d.path} {d.document_id}")
-    report_refused(refused)
-    sys.exit(EXIT_FAILED if refused else EXIT_OK)
-
-
-class IngestSummary(msgspec.Struct, kw_only=True):
-    ready: list[dict[str, Any]]
-    failed: list[dict[str, Any]]
-    unfinished: list[dict[str, Any]]
-    refused: list[Refused]
-    interrupted: bool
-
-
-def summarize(docs: Sequence[Document], refused: list[Refused], interrupted: bool) -> IngestSummary:
-    def row(d: Document) -> dict[str, Any]:
-        return {
-            "document_id": str(d.id),
-            "filename": d.filename,
-            "status": str(d.status),
-            "stage": d.stage,
-            "error": d.error,
-        }
-
-    return IngestSummary(
-        ready=[row(d) for d in docs if d.status == DocumentStatus.READY],
-        failed=[row(d) for d in docs if d.status == DocumentStatus.FAILED],
-        unfinished=[
-            row(d) for d in docs if d.status not in (DocumentStatus.READY, DocumentStatus.FAILED)
-        ],
-        refused=refused,
-        interrupted=interrupted,
-    )
-
-
-@click.command()
-@click.argument("paths", nargs=-1, required=True)
-@force_option
-@json_option
-@click.option(
-    "--progress/--no-progress",
-    default=None,
-    help="Progress bars per stage [default: when stderr is a terminal].",
-)
-@click.pass_context
-def ingest(
-    ctx: click.Context, paths: tuple[str, ...], force: bool, as_json: bool, progress: bool | None
-) -> None:
-    """Submit PDFs, then run every stage in this process until they are done.
-
-    Shows progress per stage and ends with a summary: ready, failed (with the stage and
-    the reason). Ctrl-C stops cleanly; running the same command again resumes where it
-    stopped and redoes nothing that finished. Exit 0: all ready; 1: some failed or were
-    refused; 130: interrupted.
-    """
-    app: App = ctx.obj
-    opts = ctx.find_root().meta["worker_opts"]
-    # ingest runs every stage itself, whatever RAGLINE_STAGES says (that is for worker
-    # mode): serving only some would wait forever for the others.
-    config = guarded(lambda: worker_config(app, {**opts, "stages": None}))
-    files, refused = expand(paths)
-    show = progress if progress is not None else sys.stderr.isatty()
-    services = guarded(lambda: prepared_services(app, config.stages))
-
-    async def go(dsn: str) -> IngestSummary:
-        worker = Worker(pipeline_for(services), dsn, config)
-        async with open_pool(dsn) as pool:
-            done, more = await submit_paths(pool, services, files, force)
-            report_refused(more)
-            ids = list(dict.fromkeys(d.document_id for d in done))
-            finished = await run_until_done(worker, pool, ids, show)
-            return await final_summary(pool, ids, refused + more, finished)
-
-    report_refused(refused)
-    summary = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn), supervise=True))
-    print_summary(summary, as_json)
-    if summary.interrupted:
-        sys.exit(EXIT_INTERRUPTED)
-    sys.exit(EXIT_FAILED if summary.failed or summary.refused or summary.unfinished else EXIT_OK)
-
-
-def prepared_services(app: App, stages: Sequence[str]) -> Services:
-    services = services_for(app.build_context())
-    services.prepare(stages)
-    return services
-
-
-async def final_summary(
-    pool: Pool, ids: list[uuid.UUID], refused: list[Refused], finished: bool
-) -> IngestSummary:
-    """The summary; when stopped during a database outage, what is known (exit 130)."""
-    try:
-        docs = await DocumentRepository(pool).get_many(ids)
-    except CONNECTION_ERRORS:
-        if finished:
-            raise
-        click.echo("ragline: database unavailable; the summary is unknown", err=True)
-        docs = []
-    return summarize(docs, refused, interrupted=not finished)
-
-
-async def run_until_done(worker: Worker, pool: Pool, ids: list[uuid.UUID], show: bool) -> bool:
-    """Run ``worker`` until every document in ``ids`` is ready or failed; False if stopped
-    before that (Ctrl-C / SIGTERM)."""
-    done = anyio.Event()
-    async with anyio.create_task_group() as tg:
-
-        async def watcher() -> None:
-            await watch(pool, ids, worker.pipeline.names, show)
-            done.set()
-            worker.stop()
-
-        tg.start_soon(watcher)
-        await worker.run()
-        tg.cancel_scope.cancel()
-    return done.is_set()
-
-
-def print_summary(summary: IngestSummary, as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps(msgspec.to_builtins(summary)))
-        return
-    click.echo(
-        f"ready: {len(summary.ready)}  failed: {len(summary.failed)}  "
-        f"unfinished: {len(summary.unfinished)}  refused: {len(summary.refused)}"
-    )
-    for d in summary.failed:
-        click.echo(f"failed {escape_name(d['filename'])} ({d['document_id']}): {d['error']}")
-    if summary.interrupted:
-        click.echo("interrupted: run the same command again to resume", err=True)
 
 
 @click.command()
@@ -353,16 +90,13 @@ def check_query(query: str, limit: int) -> None:
         sys.exit(EXIT_USAGE)
 
 
-COMMANDS: list[click.Command] = [submit, ingest, search]
-
-
 @click.command()
 @click.argument("documents", nargs=-1)
 @click.option(
     "--from",
     "from_stage",
     required=True,
-    type=click.Choice(["parse", "chunk", "vision", "embed", "index"]),
+    type=click.Choice(STAGES),
     help="First stage to run again; earlier stages' checkpoints are reused.",
 )
 @click.option("--all", "all_docs", is_flag=True, help="Every document.")
@@ -426,7 +160,7 @@ def delete(app: App, documents: tuple[str, ...], as_json: bool) -> None:
             found = [d.id for d in await docs.get_many(ids)]
             for doc_id in found:
                 # Stop workers first (new generation), then remove what lives outside.
-                await docs.reprocess(doc_id, "parse", max_attempts=1)
+                await docs.reprocess(doc_id, STAGES[0], max_attempts=1)
                 await docs.delete([doc_id])
                 await delete_everywhere(services, doc_id)  # every model's collection
                 await services.assets.delete_prefix(document_prefix(doc_id))
@@ -489,6 +223,3 @@ def verify_cmd(app: App, repair: bool, as_json: bool) -> None:
                 + (f" -> {sp.repair}" if sp.repair else "")
             )
     sys.exit(EXIT_OK if report.clean else EXIT_FAILED)
-
-
-COMMANDS.extend([reprocess, delete, verify_cmd])

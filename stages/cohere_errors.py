@@ -18,7 +18,7 @@ import cohere
 import httpx
 from cohere.core.api_error import ApiError
 
-from runtime.errors import PermanentError, RateLimited, StageError, TransientError, one_line
+from runtime.api import PermanentError, RateLimited, StageError, TransientError, one_line
 
 #: Statuses that mean "try again later" besides 429 and the 5xx range.
 _TRANSIENT_4XX = frozenset({408})

@@ -1,44 +1,7 @@
 """The embedded vector index: one qdrant-edge shard per collection under the data dir.
 
-See :mod:`stages.vector_index` for the contract.
-
-Concurrency in EdgeIndex
-------------------------
-A qdrant-edge shard cannot be open in two processes at once: the second
-``EdgeShard.load`` fails with ``Can't init WAL: Kind(WouldBlock)`` (the WAL is locked by
-its owner). Several ragline worker processes may share one data dir, so EdgeIndex only
-opens a shard while holding an exclusive ``fcntl.flock`` on ``<collection>.lock``.
-
-Loading a shard costs time that grows with it (2-core dev machine, 384 dimensions: ~90 ms
-at 50k-100k points, ~250 ms at 300k), and a flush costs ~30 ms, so a lock-load-flush-close
-per operation made the index stage the pipeline's bottleneck. Instead, consecutive
-operations of a process share a *session*: the lock stays held and the shard open while
-the process keeps using it. Holding it for the whole process lifetime would lock every
-other worker (and the CLI's ``search``) out of the index, stalling their jobs until their
-leases expire, so a process that waits for the lock says so: it holds a shared flock on
-``<collection>.waiting`` while it blocks, which the holder probes (a non-blocking
-exclusive flock fails). A wanted session ends once it has been open ``min_hold_s``
-(1 s) and idle ``idle_close_s`` (50 ms; a timer thread looks), or at its next
-operation once open ``max_hold_s`` (2 s); an unwanted one lasts until idle
-``idle_keep_s`` (2 s). The minimum hold matters with several indexing processes: handing
-the lock over after every operation made each one reload the shard every time (measured:
-a third of the index stage's CPU). flock is not fair, so a process that lets go waits
-``yield_s`` before locking again, giving a waiting process its turn. Reads in a session are
-consistent: no other process writes while the lock is held, and every session loads the
-shard afresh.
-
-Durability: ``EdgeShard.update`` appends to the shard's write-ahead log, which is
-memory-mapped, before it returns; after a SIGKILL the next ``load`` replays it (the
-tests kill a process right after ``replace_document`` returned, unflushed, and find every
-point). A session flushes (fsync) at least every ``flush_every_s`` (1 s) and before it
-lets the lock go, so an OS crash or power loss can lose about the last second of writes
-(``verify`` reports the missing points, ``repair`` re-indexes).
-
-Measured with 64-dimension vectors, 200 documents of 200 points via ``replace_document``:
-per-operation sessions did ~1.0-1.6k points/s in one process and ~1.5-2k in total with
-two processes; shared sessions ~11-18k in one process and ~11-23k with two. Beyond a few
-hundred thousand points, or with many processes indexing at once, use a Qdrant server
-(``QDRANT_URL``).
+See :mod:`stages.vector_index` for the contract, and :mod:`stages.edge_session` for how
+processes share a shard (sessions under an ``flock``) and what a crash can lose.
 
 The shard's search is exact (no HNSW build is triggered: ``optimize()`` takes tens of
 seconds per 50k points on 2 cores and would hold the lock that long).
@@ -46,35 +9,20 @@ seconds per 50k points on 2 cores and would hold the lock that long).
 
 from __future__ import annotations
 
-import fcntl
 import itertools
-import json
 import logging
-import math
-import os
-import shutil
-import threading
-import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
-import msgspec
 import qdrant_edge as qe
 
-from runtime.errors import (
-    ConfigurationError,
-    MissingInput,
-    PermanentError,
-    TransientError,
-    one_line,
-)
+from runtime.api import MissingInput, PermanentError, TransientError, one_line
+from stages.edge_session import EdgeIndexConfig, Session, Sessions, ensure_shard
 from stages.points import edge_points, payload_of
 from stages.vector_index import (
-    DEFAULT_BATCH,
     DOCUMENT_FIELD,
     GENERATION_FIELD,
     SCROLL_PAGE,
@@ -86,48 +34,14 @@ from stages.vector_index import (
     check_document_points,
     check_points,
     is_ragline_collection,
-    missing_collection,
     point_ref,
 )
+
+__all__ = ["EdgeIndex", "EdgeIndexConfig"]
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
-
-
-class EdgeIndexConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """Settings for :class:`EdgeIndex`; ``root`` is usually ``data_dir / "qdrant"``.
-
-    A session (shard open, flock held) lasts while this process uses it. When another
-    process waits for the collection, the session ends once it has been open
-    ``min_hold_s`` and idle ``idle_close_s``, or at its next operation once open
-    ``max_hold_s``; after letting go, this process waits ``yield_s`` before locking
-    again. With nobody waiting it ends after ``idle_keep_s`` idle, and it flushes at
-    least every ``flush_every_s`` while it lasts.
-    """
-
-    root: Path
-    batch_size: int = DEFAULT_BATCH
-    idle_close_s: float = 0.05
-    min_hold_s: float = 1.0
-    max_hold_s: float = 2.0
-    idle_keep_s: float = 2.0
-    flush_every_s: float = 1.0
-    yield_s: float = 0.005
-
-    def __post_init__(self) -> None:
-        if self.batch_size <= 0:
-            raise ConfigurationError("EdgeIndexConfig.batch_size must be positive")
-        times = (
-            self.idle_close_s,
-            self.min_hold_s,
-            self.max_hold_s,
-            self.idle_keep_s,
-            self.flush_every_s,
-            self.yield_s,
-        )
-        if min(times) < 0:
-            raise ConfigurationError("EdgeIndexConfig times must not be negative")
 
 
 def _edge_filter(
@@ -150,105 +64,11 @@ def _edge_failure(exc: Exception, what: str) -> Exception:
     return PermanentError(message)
 
 
-def lock_collection(lock: Path, waiting: Path) -> int:
-    """Take the exclusive ``flock`` on ``lock`` (waiting for it) and return its fd; closing
-    the fd, or the process dying, releases it.
-
-    While it waits, the caller holds a shared flock on ``waiting``, so the holder can tell
-    that someone wants the collection (:func:`is_wanted`) and let go soon.
-    """
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            pass
-        marker = os.open(waiting, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(marker, fcntl.LOCK_SH)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        finally:
-            os.close(marker)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def is_wanted(waiting: Path) -> bool:
-    """Whether another process waits in :func:`lock_collection` for this collection."""
-    try:
-        marker = os.open(waiting, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(marker, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(marker)  # also drops the probe's own lock
-    return False
-
-
-class _Session:
-    """One collection's flock, and its shard once loaded; used under the collection's guard."""
-
-    def __init__(self, fd: int, path: Path, waiting: Path) -> None:
-        self.fd = fd
-        self.path = path
-        self.waiting = waiting
-        self.shard: qe.EdgeShard | None = None
-        self.opened_at = self.used_at = self.flushed_at = time.monotonic()
-        self.dirty = False
-        self.timer: threading.Timer | None = None
-
-    def get(self) -> qe.EdgeShard | None:
-        """The shard, loaded on first use; None if the collection was never created."""
-        if self.shard is None and self.path.is_dir():
-            self.shard = qe.EdgeShard.load(str(self.path))
-        return self.shard
-
-    def require(self, collection: str) -> qe.EdgeShard:
-        shard = self.get()
-        if shard is None:
-            raise missing_collection(collection)
-        return shard
-
-    def write(self, collection: str, operations: Iterable[qe.UpdateOperation]) -> None:
-        shard = self.require(collection)
-        for operation in operations:
-            self.dirty = True  # set first: a failed update may still have reached the WAL
-            shard.update(operation)
-
-    def flush_if_older(self, every_s: float) -> None:
-        """Bound what an OS crash can lose in a long session to about ``every_s``."""
-        if self.dirty and self.shard is not None and time.monotonic() - self.flushed_at >= every_s:
-            self.shard.flush()
-            self.dirty = False
-            self.flushed_at = time.monotonic()
-
-    def close(self) -> None:
-        """Flush what this session wrote, close the shard, release the lock."""
-        if self.timer is not None:
-            self.timer.cancel()
-        try:
-            if self.shard is not None:
-                try:
-                    if self.dirty:
-                        self.shard.flush()
-                finally:
-                    self.shard.close()
-        finally:
-            self.shard = None
-            os.close(self.fd)
-
-
 class EdgeIndex:
     """Embedded vector index: one qdrant-edge shard per collection, shared across processes.
 
     Consecutive operations of this process share one session (lock held, shard open);
-    see the module docstring for when a session ends and why.
+    see :mod:`stages.edge_session` for when a session ends and why.
     """
 
     def __init__(self, config: EdgeIndexConfig) -> None:
@@ -256,12 +76,7 @@ class EdgeIndex:
         # One operation per collection at a time inside this process, so waiting for the
         # cross-process lock costs one thread, not one per queued task.
         self._locks: dict[str, anyio.Lock] = {}
-        # Threads (operations, idle timers, aclose) touch a collection's session only
-        # under its guard, so a shard is never used by two threads at once.
-        self._guards: dict[str, threading.Lock] = {}
-        self._state = threading.Lock()
-        self._sessions: dict[str, _Session] = {}
-        self._released_at: dict[str, float] = {}
+        self._sessions = Sessions(config)
         self._dimensions: dict[str, int] = {}
 
     async def ensure_collection(self, name: str, dimensions: int) -> None:
@@ -270,7 +85,7 @@ class EdgeIndex:
         # Idempotent, so once per process is enough (collections are never dropped).
         if self._dimensions.get(name) == dimensions:
             return
-        await self._run(name, "ensure_collection", lambda s: _ensure_shard(s.path, dimensions))
+        await self._run(name, "ensure_collection", lambda s: ensure_shard(s.path, dimensions))
         self._dimensions[name] = dimensions
 
     async def upsert(self, collection: str, points: Sequence[Point]) -> None:
@@ -285,7 +100,7 @@ class EdgeIndex:
             _edge_filter(document_id, not_equal=generation)
         )
 
-        def run(session: _Session) -> None:
+        def run(session: Session) -> None:
             if points or session.get() is not None:
                 # Built in the thread: converting payloads into qdrant-edge's points is the
                 # index stage's largest CPU cost, and would otherwise hold the event loop.
@@ -321,7 +136,7 @@ class EdgeIndex:
             query=qe.Query.Nearest(list(vector)), limit=limit, with_payload=True
         )
 
-        def run(session: _Session) -> list[Hit]:
+        def run(session: Session) -> list[Hit]:
             return [
                 Hit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=payload_of(p.payload))
                 for p in session.require(collection).search(request)
@@ -339,8 +154,8 @@ class EdgeIndex:
 
     async def aclose(self) -> None:
         """Flush and close every open session (the index stays usable: it reopens)."""
-        for collection in list(self._sessions):
-            await anyio.to_thread.run_sync(self._close_now, collection)
+        for collection in self._sessions.open_collections():
+            await anyio.to_thread.run_sync(self._sessions.close_now, collection)
 
     def _upserts(self, points: Sequence[Point]) -> Iterator[qe.UpdateOperation]:
         # One batch's qdrant-edge points at a time, not a whole document's (memory).
@@ -350,123 +165,25 @@ class EdgeIndex:
     async def _delete(self, collection: str, query: qe.Filter) -> None:
         operation = qe.UpdateOperation.delete_points_by_filter(query)
 
-        def run(session: _Session) -> None:
+        def run(session: Session) -> None:
             # A collection that was never created has nothing to delete.
             if session.get() is not None:
                 session.write(collection, [operation])
 
         await self._run(collection, "delete", run)
 
-    async def _run(self, collection: str, what: str, fn: Callable[[_Session], T]) -> T:
+    async def _run(self, collection: str, what: str, fn: Callable[[Session], T]) -> T:
         check_collection(collection)
         lock = self._locks.setdefault(collection, anyio.Lock())
         async with lock:
             try:
                 # Not abandoned on cancel: the thread may be loading or writing the shard,
                 # so a cancelled caller waits for the operation to finish.
-                return await anyio.to_thread.run_sync(self._in_session, collection, fn)
+                return await anyio.to_thread.run_sync(self._sessions.run, collection, fn)
             except (MissingInput, ValueError, PermanentError):
                 raise
             except Exception as exc:  # qdrant-edge raises bare Exception
                 raise _edge_failure(exc, f"{what} {collection}") from exc
-
-    def _guard(self, collection: str) -> threading.Lock:
-        with self._state:
-            return self._guards.setdefault(collection, threading.Lock())
-
-    def _in_session(self, collection: str, fn: Callable[[_Session], T]) -> T:
-        with self._guard(collection):
-            session = self._session(collection)
-            try:
-                result = fn(session)
-                session.flush_if_older(self.config.flush_every_s)
-            except BaseException:
-                # The shard may be in any state after a failure: start afresh next time.
-                self._end_quietly(collection)
-                raise
-            session.used_at = time.monotonic()
-            self._arm(collection, session, self.config.idle_close_s)
-            return result
-
-    def _session(self, collection: str) -> _Session:
-        """The open session, or a new one; a session held ``max_hold_s`` is ended first
-        when another process waits, so it gets its turn."""
-        config = self.config
-        session = self._sessions.get(collection)
-        if session is not None:
-            held_s = time.monotonic() - session.opened_at
-            if held_s < config.max_hold_s or not is_wanted(session.waiting):
-                return session
-            self._end(collection)
-        # flock is not fair: re-locking at once could starve a process that waits for it.
-        pause = self._released_at.get(collection, -math.inf) + config.yield_s
-        if pause > time.monotonic():
-            time.sleep(pause - time.monotonic())
-        root = config.root
-        root.mkdir(parents=True, exist_ok=True)
-        waiting = root / f"{collection}.waiting"
-        fd = lock_collection(root / f"{collection}.lock", waiting)
-        session = self._sessions[collection] = _Session(fd, root / collection, waiting)
-        return session
-
-    def _end(self, collection: str) -> None:
-        session = self._sessions.pop(collection)
-        try:
-            session.close()
-        finally:
-            self._released_at[collection] = time.monotonic()
-
-    def _end_quietly(self, collection: str) -> None:
-        try:
-            self._end(collection)
-        except Exception:  # the operation's own error is the one worth reporting
-            log.warning("closing embedded vector index %s failed", collection, exc_info=True)
-
-    def _arm(self, collection: str, session: _Session, delay_s: float) -> None:
-        if session.timer is not None and session.timer.is_alive():
-            return  # it re-arms itself for the rest of the idle time when it fires
-        session.timer = threading.Timer(delay_s, self._on_timer, (collection, session))
-        session.timer.daemon = True  # a dying process releases the flock anyway
-        session.timer.start()
-
-    def _on_timer(self, collection: str, session: _Session) -> None:
-        """While ``session`` is idle: end it if another process waits for it (after
-        ``min_hold_s``) or nobody used it for ``idle_keep_s``; else look again later."""
-        config = self.config
-        with self._guard(collection):
-            if self._sessions.get(collection) is not session:
-                return  # already ended (max hold, failure, aclose)
-            session.timer = None
-            now = time.monotonic()
-            idle_s = now - session.used_at
-            if idle_s < config.idle_close_s:
-                self._arm(collection, session, config.idle_close_s - idle_s)
-                return
-            held_s = now - session.opened_at
-            if idle_s >= config.idle_keep_s or (
-                held_s >= config.min_hold_s and is_wanted(session.waiting)
-            ):
-                self._end_quietly(collection)
-                return
-            try:
-                session.flush_if_older(config.flush_every_s)
-            except Exception:
-                log.warning("flushing embedded vector index %s failed", collection, exc_info=True)
-                self._end_quietly(collection)
-                return
-            self._arm(collection, session, config.idle_close_s)
-
-    def _close_now(self, collection: str) -> None:
-        with self._guard(collection):
-            if collection in self._sessions:
-                self._end(collection)  # aclose lets the caller see a failed flush
-
-
-def _ensure_shard(path: Path, dimensions: int) -> None:
-    if path.is_dir():
-        _check_edge_dimensions(path, path.name, dimensions)
-    else:
-        _create_shard(path, dimensions)
 
 
 def _scroll_refs(query: qe.Filter | None) -> Callable[[qe.EdgeShard], list[PointRef]]:
@@ -483,36 +200,3 @@ def _scroll_refs(query: qe.Filter | None) -> Callable[[qe.EdgeShard], list[Point
                 return refs
 
     return run
-
-
-def _create_shard(path: Path, dimensions: int) -> None:
-    """Create the shard in a temporary directory and rename it into place, so a crash
-    mid-create never leaves a half-made shard that ``load`` chokes on."""
-    tmp = path.with_name(f".tmp-{path.name}-{uuid.uuid4().hex}")
-    vectors = qe.EdgeVectorParams(
-        size=dimensions, distance=qe.Distance.Cosine, memory=qe.Memory.Cold
-    )
-    try:
-        shard = qe.EdgeShard.create(str(tmp), qe.EdgeConfig(vectors=vectors))
-        try:
-            keyword = qe.PayloadSchemaType.Keyword
-            shard.update(qe.UpdateOperation.create_field_index(DOCUMENT_FIELD, keyword))
-            shard.flush()
-        finally:
-            shard.close()
-        os.rename(tmp, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _check_edge_dimensions(path: Path, collection: str, dimensions: int) -> None:
-    # edge_config.json is qdrant-edge's own file; if its layout changes, skip the check
-    # rather than refuse a working shard.
-    try:
-        stored = json.loads((path / "edge_config.json").read_text())["vectors"][""]["size"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return
-    if stored != dimensions:
-        raise PermanentError(
-            f"vector collection {collection!r} holds {stored}-dimension vectors, not {dimensions}"
-        )

@@ -17,10 +17,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from runtime.errors import InvalidDocument
-from runtime.models import Job
-from runtime.providers import ProviderSpec
-from runtime.stage import DbConn, JobContext
+from runtime.api import DbConn, InvalidDocument, Job, JobContext, ProviderSpec
 from stages import store
 from stages.services import Services
 

@@ -1,6 +1,7 @@
 """The embedder service: text in, L2-normalised float vectors out.
 
-Two implementations of :class:`Embedder`:
+Two implementations of :class:`stages.embedder_protocol.Embedder` (the port, which
+imports neither):
 
 - :class:`CohereEmbedder` calls Cohere's ``/v2/embed`` (or any compatible endpoint at
   ``COHERE_BASE_URL``) with the SDK's own retries off, so the worker's retry policy rules.
@@ -8,7 +9,7 @@ Two implementations of :class:`Embedder`:
   package, tokenizer vendored under ``stages/data``) on onnxruntime in a worker thread:
   no network, no PyTorch, no download at run time.
 
-:func:`embedder_from_env` picks one from the environment.
+:func:`embedder_for` picks one from the typed settings.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -28,46 +29,19 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from runtime.errors import ConfigurationError, PermanentError, TransientError
+from runtime.api import ConfigurationError, PermanentError, TransientError
 from stages.cohere_errors import make_client, translated
+from stages.embedder_protocol import Embedder, InputType
 
 if TYPE_CHECKING:
     import onnxruntime
     import tokenizers
 
+    from stages.settings import EmbedSettings
+
 log = logging.getLogger(__name__)
 
-InputType = Literal["search_document", "search_query"]
 FloatArray = npt.NDArray[np.float32]
-
-
-class Embedder(Protocol):
-    """Turns texts into vectors of a fixed size."""
-
-    @property
-    def model(self) -> str:
-        """Id of the vector space, the embedding cache key: ``cohere/embed-v4.0@1024``."""
-        ...
-
-    @property
-    def dimensions(self) -> int: ...
-
-    @property
-    def max_batch(self) -> int:
-        """The most texts one provider call takes; callers batch at this size."""
-        ...
-
-    @property
-    def metered(self) -> bool:
-        """Whether calls count against a provider's quota, so ``RAGLINE_EMBED_RPM``
-        applies; a model running in this process is not metered."""
-        ...
-
-    async def embed(self, texts: Sequence[str], input_type: InputType) -> list[list[float]]:
-        """One L2-normalised vector per text, in the order given."""
-        ...
-
-    async def aclose(self) -> None: ...
 
 
 def decode_base64_vector(encoded: str) -> list[float]:
@@ -347,33 +321,26 @@ def _verify_packaged_model(path: str) -> None:
 # --------------------------------------------------------------------------- wiring
 
 
-def embedder_from_env(env: Mapping[str, str]) -> Embedder:
-    """Cohere when ``COHERE_API_KEY`` is set, else the local model.
-
-    ``RAGLINE_EMBEDDER=local|cohere`` forces the choice. Cohere knobs:
-    ``RAGLINE_EMBED_MODEL`` (default embed-v4.0), ``RAGLINE_EMBED_DIMENSIONS`` (1024),
-    ``RAGLINE_EMBED_TIMEOUT_S`` (60) and ``COHERE_BASE_URL``.
+def embedder_for(settings: EmbedSettings) -> Embedder:
+    """The embedder ``settings`` select (read from the environment by
+    :meth:`stages.settings.PipelineSettings.from_env`): Cohere when ``COHERE_API_KEY`` is
+    set, else the local model; ``RAGLINE_EMBEDDER=local|cohere`` forces the choice. Cohere
+    knobs: ``RAGLINE_EMBED_MODEL`` (default embed-v4.0), ``RAGLINE_EMBED_DIMENSIONS``
+    (1024), ``RAGLINE_EMBED_TIMEOUT_S`` (60) and ``COHERE_BASE_URL``.
     """
-    api_key = env.get("COHERE_API_KEY", "").strip()
-    choice = env.get("RAGLINE_EMBEDDER", "").strip().lower() or ("cohere" if api_key else "local")
-    if choice == "local":
+    if settings.kind == "local":
         return LocalEmbedder()
-    if choice != "cohere":
-        raise ConfigurationError(f"RAGLINE_EMBEDDER must be local or cohere, not {choice!r}")
-    if not api_key:
+    if settings.kind != "cohere":
+        raise ConfigurationError(f"RAGLINE_EMBEDDER must be local or cohere, not {settings.kind!r}")
+    if not settings.api_key:
         raise ConfigurationError("RAGLINE_EMBEDDER=cohere needs COHERE_API_KEY")
-    return CohereEmbedder(_cohere_config(env, api_key))
-
-
-def _cohere_config(env: Mapping[str, str], api_key: str) -> CohereEmbedderConfig:
-    defaults = CohereEmbedderConfig(api_key=api_key)
-    try:
-        return CohereEmbedderConfig(
-            api_key=api_key,
-            base_url=env.get("COHERE_BASE_URL") or None,
-            model=env.get("RAGLINE_EMBED_MODEL") or defaults.model,
-            dimensions=int(env.get("RAGLINE_EMBED_DIMENSIONS") or defaults.dimensions),
-            timeout_s=float(env.get("RAGLINE_EMBED_TIMEOUT_S") or defaults.timeout_s),
+    defaults = CohereEmbedderConfig(api_key=settings.api_key)
+    return CohereEmbedder(
+        CohereEmbedderConfig(
+            api_key=settings.api_key,
+            base_url=settings.base_url,
+            model=settings.model or defaults.model,
+            dimensions=settings.dimensions or defaults.dimensions,
+            timeout_s=settings.timeout_s or defaults.timeout_s,
         )
-    except ValueError as exc:
-        raise ConfigurationError(f"invalid embedder setting: {exc}") from exc
+    )

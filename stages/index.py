@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from runtime.errors import MissingInput
-from runtime.models import Job
-from runtime.stage import DbConn, JobContext
+from runtime.api import DbConn, Job, JobContext, MissingInput
 from stages import store
 from stages.heap import release_free_heap
 from stages.services import Services

@@ -16,10 +16,7 @@ import anyio.from_thread
 import anyio.to_thread
 import msgspec
 
-from runtime.documents import DocumentRepository
-from runtime.errors import MissingInput
-from runtime.models import Job
-from runtime.stage import DbConn, JobContext
+from runtime.api import DbConn, DocumentRepository, Job, JobContext, MissingInput
 from stages import store
 from stages.assets import image_key
 from stages.pdf import Image, iter_pages, open_pdf

@@ -30,8 +30,9 @@ from typing import Any
 import msgspec
 import pymupdf
 
-from runtime.errors import InvalidDocument, MissingInput, one_line
+from runtime.api import InvalidDocument, MissingInput, one_line
 from stages.heap import release_free_heap
+from stages.settings import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MIN_IMAGE_BYTES, DEFAULT_MIN_IMAGE_PX
 
 __all__ = [
     "DEFAULT_MAX_IMAGE_PIXELS",
@@ -45,14 +46,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: An image narrower or shorter than this (in pixels) is an icon, bullet or rule.
-DEFAULT_MIN_IMAGE_PX = 32
-#: An image whose encoded bytes are fewer than this carries nothing worth describing.
-DEFAULT_MIN_IMAGE_BYTES = 1024
-#: Declared width * height above this is skipped before decoding: a decompression bomb
-#: (a tiny stream declaring a gigapixel image) would otherwise need gigabytes to decode.
-#: 40 Mpx is a 300-dpi full-page scan of A3 with room to spare.
-DEFAULT_MAX_IMAGE_PIXELS = 40_000_000
 
 # The PDF spec lets a header sit anywhere in the first 1024 bytes (readers tolerate junk
 # written before it by some generators).

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from runtime.plugin import BuildContext
-from runtime.stage import Pipeline
+from runtime.api import BuildContext, Pipeline
 
 if TYPE_CHECKING:
     from stages.services import Services

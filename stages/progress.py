@@ -9,10 +9,7 @@ import anyio
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from runtime.dberrors import CONNECTION_ERRORS
-from runtime.documents import DocumentRepository
-from runtime.repository import Pool
-from runtime.status import progress
+from runtime.api import CONNECTION_ERRORS, DocumentRepository, Pool, progress
 
 POLL_S = 0.25
 

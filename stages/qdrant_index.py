@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TypeVar
 
@@ -20,7 +20,7 @@ from qdrant_client import models as qm
 from qdrant_client.common.client_exceptions import QdrantException, ResourceExhaustedResponse
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from runtime.errors import (
+from runtime.api import (
     ConfigurationError,
     MissingInput,
     PermanentError,
@@ -64,14 +64,6 @@ class QdrantConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigurationError("QdrantConfig needs exactly one of url and location")
         if self.batch_size <= 0:
             raise ConfigurationError("QdrantConfig.batch_size must be positive")
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> QdrantConfig:
-        """Read ``QDRANT_URL`` and ``QDRANT_API_KEY``."""
-        url = env.get("QDRANT_URL", "").strip()
-        if not url:
-            raise ConfigurationError("QDRANT_URL is not set")
-        return cls(url=url, api_key=env.get("QDRANT_API_KEY") or None)
 
 
 def _retry_after_s(headers: httpx.Headers) -> float | None:

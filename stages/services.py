@@ -1,7 +1,11 @@
-"""The services the stages share in one process, built from the environment on first use.
+"""The composition root: the services the stages share in one process, and the factories
+that pick each port's adapter.
 
-Lazy, so a worker that runs only ``--stages parse`` never loads the embedding model or
-opens the vector index. :meth:`Services.aclose` closes what was opened.
+Each service is built on first use, so a worker that runs only ``--stages parse`` never
+loads the embedding model or opens the vector index, and each adapter module is imported
+only by its factory here: a parse worker never loads minio, qdrant-client or cohere (an
+import-linter contract and ``tests/unit/test_ports.py`` keep it so). The server uses the
+same :class:`Services`. :meth:`Services.aclose` closes what was opened.
 """
 
 from __future__ import annotations
@@ -12,40 +16,17 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import msgspec
 from aiolimiter import AsyncLimiter
 
-from runtime.errors import ConfigurationError
-from runtime.providers import ProviderSpec
-from stages.chunking import ChunkConfig
-from stages.pdf import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MIN_IMAGE_BYTES, DEFAULT_MIN_IMAGE_PX
+from runtime.api import ProviderSpec
+from stages.settings import PipelineSettings
 
-# Each service module is imported when the service is first used, so a parse-only worker
-# never loads onnxruntime, cohere or qdrant-client (memory and start-up time).
 if TYPE_CHECKING:
     from stages.assets import AssetStore
-    from stages.embedder import Embedder
+    from stages.embedder_protocol import Embedder
     from stages.tokens import TokenCounter
     from stages.vector_index import VectorIndex
-    from stages.vision_model import VisionModel
-
-DEFAULT_EMBED_RPM = 1000
-#: Tokens per minute to the embedding provider, fleet-wide (0: unlimited).
-DEFAULT_EMBED_TPM = 0
-#: Vision requests per minute, fleet-wide (0: unlimited).
-DEFAULT_VISION_RPM = 0
-
-
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name, "").strip()
-    try:
-        return int(raw) if raw else default
-    except ValueError as exc:
-        raise ConfigurationError(f"{name} must be a whole number, got {raw!r}") from exc
-
-
-def _optional_int(env: Mapping[str, str], name: str) -> int | None:
-    return _int(env, name, 0) if env.get(name, "").strip() else None
+    from stages.vision_protocol import VisionModel
 
 
 def limiter_for(rpm: int) -> AsyncLimiter | None:
@@ -62,56 +43,29 @@ def limiter_for(rpm: int) -> AsyncLimiter | None:
     return AsyncLimiter(1, 60 / rpm)
 
 
-class PipelineSettings(msgspec.Struct, frozen=True, kw_only=True):
-    chunk: ChunkConfig = msgspec.field(default_factory=ChunkConfig)
-    min_image_px: int = DEFAULT_MIN_IMAGE_PX
-    min_image_bytes: int = DEFAULT_MIN_IMAGE_BYTES
-    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
-    #: Embedding requests per minute to a metered provider, shared by every process on
-    #: the database (0: unlimited).
-    embed_rpm: int = DEFAULT_EMBED_RPM
-    #: Embedding tokens per minute, fleet-wide (estimated before each call; 0: unlimited).
-    embed_tpm: int = DEFAULT_EMBED_TPM
-    #: Vision requests per minute to a hosted vision model, fleet-wide (0: unlimited).
-    vision_rpm: int = DEFAULT_VISION_RPM
+# -- factories: the only place an adapter module is imported -------------------------------
 
-    def __post_init__(self) -> None:
-        for name, value in (
-            ("RAGLINE_EMBED_RPM", self.embed_rpm),
-            ("RAGLINE_EMBED_TPM", self.embed_tpm),
-            ("RAGLINE_VISION_RPM", self.vision_rpm),
-        ):
-            if value < 0:
-                raise ConfigurationError(f"{name} must be >= 0 (0: unlimited), got {value}")
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> PipelineSettings:
-        for gone in ("RAGLINE_CHUNK_CHARS", "RAGLINE_CHUNK_OVERLAP"):
-            if env.get(gone, "").strip():
-                raise ConfigurationError(
-                    f"{gone} is no longer read: chunks are sized in the embedder's tokens; "
-                    "set RAGLINE_CHUNK_TOKENS / RAGLINE_CHUNK_OVERLAP_TOKENS"
-                )
-        chunk = ChunkConfig(
-            max_tokens=_optional_int(env, "RAGLINE_CHUNK_TOKENS"),
-            overlap_tokens=_optional_int(env, "RAGLINE_CHUNK_OVERLAP_TOKENS"),
-        )
-        if chunk.max_tokens is not None:
-            try:  # refuse a bad combination now, not per job
-                chunk.sizes(chunk.max_tokens)
-            except ConfigurationError as exc:
-                raise ConfigurationError(
-                    f"RAGLINE_CHUNK_TOKENS={chunk.max_tokens} / RAGLINE_CHUNK_OVERLAP_TOKENS="
-                    f"{chunk.overlap_tokens}: {exc}"
-                ) from exc
-        return cls(
-            chunk=chunk,
-            min_image_px=_int(env, "RAGLINE_MIN_IMAGE_PX", DEFAULT_MIN_IMAGE_PX),
-            max_image_pixels=_int(env, "RAGLINE_MAX_IMAGE_PIXELS", DEFAULT_MAX_IMAGE_PIXELS),
-            embed_rpm=_int(env, "RAGLINE_EMBED_RPM", DEFAULT_EMBED_RPM),
-            embed_tpm=_int(env, "RAGLINE_EMBED_TPM", DEFAULT_EMBED_TPM),
-            vision_rpm=_int(env, "RAGLINE_VISION_RPM", DEFAULT_VISION_RPM),
-        )
+def asset_store(settings: PipelineSettings, data_dir: Path) -> AssetStore:
+    """MinIO/S3 when ``MINIO_ENDPOINT`` is set, else a directory store under the data dir."""
+    if settings.minio is not None:
+        from stages.minio_store import MinioStore
+
+        return MinioStore(settings.minio)
+    from stages.dir_store import DirStore
+
+    return DirStore(Path(data_dir) / "assets")
+
+
+def vector_index(settings: PipelineSettings, data_dir: Path) -> VectorIndex:
+    """Qdrant server when ``QDRANT_URL`` is set, else an embedded index under the data dir."""
+    if settings.qdrant is not None:
+        from stages.qdrant_index import QdrantConfig, QdrantIndex
+
+        return QdrantIndex(QdrantConfig(url=settings.qdrant.url, api_key=settings.qdrant.api_key))
+    from stages.edge_index import EdgeIndex, EdgeIndexConfig
+
+    return EdgeIndex(EdgeIndexConfig(root=Path(data_dir) / "qdrant"))
 
 
 class Services:
@@ -122,34 +76,30 @@ class Services:
 
     @functools.cached_property
     def assets(self) -> AssetStore:
-        from stages.assets import asset_store_from_env
-
-        return asset_store_from_env(self.env, self.data_dir)
+        return asset_store(self.settings, self.data_dir)
 
     @functools.cached_property
     def embedder(self) -> Embedder:
-        from stages.embedder import embedder_from_env
+        from stages.embedder import embedder_for
 
-        return embedder_from_env(self.env)
+        return embedder_for(self.settings.embed)
 
     @functools.cached_property
     def token_counter(self) -> TokenCounter:
         """The configured embedder's token counter, without loading the model."""
-        from stages.tokens import token_counter_from_env
+        from stages.tokens import token_counter_for
 
-        return token_counter_from_env(self.env)
+        return token_counter_for(self.settings.embed.kind, self.settings.embed.model)
 
     @functools.cached_property
     def vision(self) -> VisionModel:
-        from stages.vision_model import vision_from_env
+        from stages.vision_model import vision_for
 
-        return vision_from_env(self.env)
+        return vision_for(self.settings.vision)
 
     @functools.cached_property
     def index(self) -> VectorIndex:
-        from stages.vector_index import vector_index_from_env
-
-        return vector_index_from_env(self.env, self.data_dir)
+        return vector_index(self.settings, self.data_dir)
 
     @functools.cached_property
     def limiter(self) -> AsyncLimiter | None:

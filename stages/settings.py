@@ -1,15 +1,40 @@
-"""The pipeline's settings table (the README's configuration table, second part).
+"""The pipeline's settings: the table (the README's configuration table, second part) and
+the typed values read through it.
 
 The engine checks these rows, with its own (:data:`runtime.settings.ENGINE_SETTINGS`),
-before it starts anything. Add a variable here as one row. Settings that depend on each
-other (``RAGLINE_EMBEDDER=cohere`` needs ``COHERE_API_KEY``) are checked when the services
-are built, which ``Services.prepare`` does at start.
+before it starts anything. Add a variable here as one row. Every ``RAGLINE_*``,
+``COHERE_*``, ``MINIO_*`` and ``QDRANT_*`` variable the pipeline uses is read here, by
+:meth:`PipelineSettings.from_env` through those rows, so a bad value is the same one line
+(exit 2) wherever it is met; the adapters take the typed structs. Settings that depend on
+each other (``RAGLINE_EMBEDDER=cohere`` needs ``COHERE_API_KEY``) are checked when the
+services are built, which ``Services.prepare`` does at start.
 """
 
 from __future__ import annotations
 
-from runtime.settings import MAX_SECONDS, Setting
-from stages.chunking import MIN_CHUNK_TOKENS
+from collections.abc import Mapping
+
+import msgspec
+
+from runtime.api import MAX_SECONDS, ConfigurationError, EnvReader, Setting
+from stages.chunking import MIN_CHUNK_TOKENS, ChunkConfig
+
+# The image defaults live here, not in stages.pdf, so that reading settings (the server
+# does) never loads PyMuPDF.
+#: An image narrower or shorter than this (in pixels) is an icon, bullet or rule.
+DEFAULT_MIN_IMAGE_PX = 32
+#: An image whose encoded bytes are fewer than this carries nothing worth describing.
+DEFAULT_MIN_IMAGE_BYTES = 1024
+#: Declared width * height above this is skipped before decoding: a decompression bomb
+#: (a tiny stream declaring a gigapixel image) would otherwise need gigabytes to decode.
+#: 40 Mpx is a 300-dpi full-page scan of A3 with room to spare.
+DEFAULT_MAX_IMAGE_PIXELS = 40_000_000
+#: Embedding requests per minute to a metered provider, fleet-wide (0: unlimited).
+DEFAULT_EMBED_RPM = 1000
+#: Tokens per minute to the embedding provider, fleet-wide (0: unlimited).
+DEFAULT_EMBED_TPM = 0
+#: Vision requests per minute, fleet-wide (0: unlimited).
+DEFAULT_VISION_RPM = 0
 
 _HTTP = ("http", "https")
 
@@ -94,3 +119,175 @@ PIPELINE_SETTINGS: tuple[Setting, ...] = (
     Setting.url("QDRANT_URL", _HTTP),
     Setting.text("QDRANT_API_KEY", accepts="a Qdrant API key"),
 )
+
+
+# -- typed values --------------------------------------------------------------------------
+
+
+class EmbedSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """Which embedder, and the Cohere knobs (None: the adapter's default)."""
+
+    #: ``local`` or ``cohere``; unset, ``cohere`` when ``COHERE_API_KEY`` is set.
+    kind: str = "local"
+    api_key: str | None = None
+    base_url: str | None = None
+    model: str | None = None
+    dimensions: int | None = None
+    timeout_s: float | None = None
+
+
+class VisionSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """Which vision model, and the Cohere knobs (None: the adapter's default)."""
+
+    #: ``none``, ``ocr`` or ``cohere``; unset, ``cohere`` only when both
+    #: ``RAGLINE_VISION_MODEL`` and ``COHERE_API_KEY`` are set (a chat call per image costs
+    #: far more than embedding, so a key given for embeddings alone does not switch it on).
+    kind: str = "ocr"
+    api_key: str | None = None
+    base_url: str | None = None
+    model: str | None = None
+    timeout_s: float | None = None
+
+
+class MinioConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Connection settings for :class:`stages.minio_store.MinioStore`."""
+
+    endpoint: str
+    access_key: str | None = None
+    secret_key: str | None = None
+    bucket: str = "ragline"
+    secure: bool = False
+    region: str | None = None
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 60.0
+    #: Retries of connection errors and 5xx inside urllib3, before ragline's own retry.
+    http_retries: int = 2
+
+
+class QdrantSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """A Qdrant server (``QDRANT_URL``); unset, the embedded index is used."""
+
+    url: str
+    api_key: str | None = None
+
+
+class PipelineSettings(msgspec.Struct, frozen=True, kw_only=True):
+    chunk: ChunkConfig = msgspec.field(default_factory=ChunkConfig)
+    min_image_px: int = DEFAULT_MIN_IMAGE_PX
+    min_image_bytes: int = DEFAULT_MIN_IMAGE_BYTES
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+    #: Embedding requests per minute to a metered provider, shared by every process on
+    #: the database (0: unlimited).
+    embed_rpm: int = DEFAULT_EMBED_RPM
+    #: Embedding tokens per minute, fleet-wide (estimated before each call; 0: unlimited).
+    embed_tpm: int = DEFAULT_EMBED_TPM
+    #: Vision requests per minute to a hosted vision model, fleet-wide (0: unlimited).
+    vision_rpm: int = DEFAULT_VISION_RPM
+    embed: EmbedSettings = msgspec.field(default_factory=EmbedSettings)
+    vision: VisionSettings = msgspec.field(default_factory=VisionSettings)
+    #: None: the directory store under the data dir.
+    minio: MinioConfig | None = None
+    #: None: the embedded vector index under the data dir.
+    qdrant: QdrantSettings | None = None
+
+    def __post_init__(self) -> None:
+        for name, value in (
+            ("RAGLINE_EMBED_RPM", self.embed_rpm),
+            ("RAGLINE_EMBED_TPM", self.embed_tpm),
+            ("RAGLINE_VISION_RPM", self.vision_rpm),
+        ):
+            if value < 0:
+                raise ConfigurationError(f"{name} must be >= 0 (0: unlimited), got {value}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> PipelineSettings:
+        """Read every pipeline variable through its row in :data:`PIPELINE_SETTINGS`."""
+        read = EnvReader(env, PIPELINE_SETTINGS)
+        _refuse_gone(env)
+        return cls(
+            chunk=_chunk(read),
+            min_image_px=read.integer("RAGLINE_MIN_IMAGE_PX", DEFAULT_MIN_IMAGE_PX),
+            max_image_pixels=read.integer("RAGLINE_MAX_IMAGE_PIXELS", DEFAULT_MAX_IMAGE_PIXELS),
+            embed_rpm=read.integer("RAGLINE_EMBED_RPM", DEFAULT_EMBED_RPM),
+            embed_tpm=read.integer("RAGLINE_EMBED_TPM", DEFAULT_EMBED_TPM),
+            vision_rpm=read.integer("RAGLINE_VISION_RPM", DEFAULT_VISION_RPM),
+            embed=_embed(read),
+            vision=_vision(read),
+            minio=_minio(read),
+            qdrant=_qdrant(read),
+        )
+
+
+def _refuse_gone(env: Mapping[str, str]) -> None:
+    for gone in ("RAGLINE_CHUNK_CHARS", "RAGLINE_CHUNK_OVERLAP"):
+        if env.get(gone, "").strip():
+            raise ConfigurationError(
+                f"{gone} is no longer read: chunks are sized in the embedder's tokens; "
+                "set RAGLINE_CHUNK_TOKENS / RAGLINE_CHUNK_OVERLAP_TOKENS"
+            )
+
+
+def _chunk(read: EnvReader) -> ChunkConfig:
+    chunk = ChunkConfig(
+        max_tokens=read.optional_integer("RAGLINE_CHUNK_TOKENS"),
+        overlap_tokens=read.optional_integer("RAGLINE_CHUNK_OVERLAP_TOKENS"),
+    )
+    if chunk.max_tokens is not None:
+        try:  # refuse a bad combination now, not per job
+            chunk.sizes(chunk.max_tokens)
+        except ConfigurationError as exc:
+            raise ConfigurationError(
+                f"RAGLINE_CHUNK_TOKENS={chunk.max_tokens} / RAGLINE_CHUNK_OVERLAP_TOKENS="
+                f"{chunk.overlap_tokens}: {exc}"
+            ) from exc
+    return chunk
+
+
+def _embed(read: EnvReader) -> EmbedSettings:
+    api_key = read.text("COHERE_API_KEY")
+    return EmbedSettings(
+        kind=read.choice("RAGLINE_EMBEDDER", "cohere" if api_key else "local"),
+        api_key=api_key,
+        base_url=read.text("COHERE_BASE_URL"),
+        model=read.text("RAGLINE_EMBED_MODEL"),
+        dimensions=read.optional_integer("RAGLINE_EMBED_DIMENSIONS"),
+        timeout_s=_optional_number(read, "RAGLINE_EMBED_TIMEOUT_S"),
+    )
+
+
+def _vision(read: EnvReader) -> VisionSettings:
+    api_key = read.text("COHERE_API_KEY")
+    model = read.text("RAGLINE_VISION_MODEL")
+    return VisionSettings(
+        kind=read.choice("RAGLINE_VISION", "cohere" if api_key and model else "ocr"),
+        api_key=api_key,
+        base_url=read.text("COHERE_BASE_URL"),
+        model=model,
+        timeout_s=_optional_number(read, "RAGLINE_VISION_TIMEOUT_S"),
+    )
+
+
+def _minio(read: EnvReader) -> MinioConfig | None:
+    # Every variable is read (and so checked) even when unused, as the start-up check does.
+    endpoint = read.text("MINIO_ENDPOINT")
+    access_key, secret_key = read.text("MINIO_ACCESS_KEY"), read.text("MINIO_SECRET_KEY")
+    bucket, secure = read.text("MINIO_BUCKET") or "ragline", read.flag("MINIO_SECURE", False)
+    if endpoint is None:
+        return None
+    return MinioConfig(
+        endpoint=endpoint,
+        access_key=access_key,
+        secret_key=secret_key,
+        bucket=bucket,
+        secure=secure,
+    )
+
+
+def _qdrant(read: EnvReader) -> QdrantSettings | None:
+    url, api_key = read.text("QDRANT_URL"), read.text("QDRANT_API_KEY")
+    return None if url is None else QdrantSettings(url=url, api_key=api_key)
+
+
+def _optional_number(read: EnvReader, name: str) -> float | None:
+    raw = read.raw(name)
+    return None if raw is None else float(raw)

@@ -15,8 +15,7 @@ import msgspec
 import numpy as np
 
 import schema
-from runtime.repository import to_struct
-from runtime.stage import DbConn
+from runtime.api import DbConn, to_struct
 
 Q = schema.load("pipeline")
 #: How embeddings.vector stores a vector: float32, big-endian (float4send's byte order).

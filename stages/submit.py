@@ -16,10 +16,14 @@ import anyio
 import asyncpg
 import msgspec
 
-from runtime.documents import DocumentRepository, Submitted
-from runtime.errors import InvalidDocument, one_line
-from runtime.models import NewDocument
-from runtime.names import escape_name
+from runtime.api import (
+    DocumentRepository,
+    InvalidDocument,
+    NewDocument,
+    Submitted,
+    escape_name,
+    one_line,
+)
 from stages.assets import AssetStore, Stored, original_key
 
 FIRST_STAGE = "parse"

@@ -28,14 +28,14 @@ import itertools
 import operator
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from runtime.errors import ConfigurationError
+from runtime.api import ConfigurationError
 from stages.wordpiece import AsciiWordPiece
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ __all__ = [
     "TokenizerCounter",
     "Utf8Counter",
     "local_counter",
-    "token_counter_from_env",
+    "token_counter_for",
 ]
 
 Ints = npt.NDArray[np.int64]
@@ -371,12 +371,6 @@ def _word_starts(text: str) -> tuple[Ints, list[str]]:
     return starts, [text[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
 
 
-def embedder_kind(env: Mapping[str, str]) -> str:
-    """``local`` or ``cohere``, chosen as :func:`stages.embedder.embedder_from_env` does."""
-    api_key = env.get("COHERE_API_KEY", "").strip()
-    return env.get("RAGLINE_EMBEDDER", "").strip().lower() or ("cohere" if api_key else "local")
-
-
 def cohere_window(model: str) -> int:
     return (
         COHERE_V3_WINDOW
@@ -389,9 +383,10 @@ def local_counter() -> TokenizerCounter:
     return TokenizerCounter(MINILM_TOKENIZER, MINILM_MAX_TOKENS, "all-MiniLM-L6-v2 WordPiece")
 
 
-def token_counter_from_env(env: Mapping[str, str]) -> TokenCounter:
-    """The counter of the embedder the environment selects (without loading the model)."""
-    if embedder_kind(env) == "cohere":
-        model = env.get("RAGLINE_EMBED_MODEL") or "embed-v4.0"
-        return Utf8Counter(cohere_window(model), f"cohere/{model}")
+def token_counter_for(kind: str, model: str | None) -> TokenCounter:
+    """The counter of embedder ``kind`` (``local`` or ``cohere``) and Cohere ``model``,
+    without loading the model (:attr:`stages.services.Services.token_counter`)."""
+    if kind == "cohere":
+        name = model or "embed-v4.0"
+        return Utf8Counter(cohere_window(name), f"cohere/{name}")
     return local_counter()

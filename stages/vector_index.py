@@ -15,8 +15,10 @@ the index stage writes a document with :meth:`VectorIndex.replace_document` (ups
 generation's points, then delete the document's points of any other generation), and a
 failed run calls :meth:`VectorIndex.delete_generation` to remove its own partial output.
 
-Each implementation lives in its own module and is imported only when used: qdrant-client
-alone takes half a second to import, which every worker process would pay otherwise.
+This module is the port: it imports neither adapter (an import-linter contract checks).
+Each implementation lives in its own module and is imported only by the composition root
+(:func:`stages.services.vector_index`) when used: qdrant-client alone takes half a second
+to import, which every worker process would pay otherwise.
 """
 
 from __future__ import annotations
@@ -25,12 +27,11 @@ import hashlib
 import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
 
-from runtime.errors import MissingInput
+from runtime.api import MissingInput
 
 __all__ = [
     "Hit",
@@ -40,7 +41,6 @@ __all__ = [
     "new_point",
     "point_id",
     "point_ids",
-    "vector_index_from_env",
 ]
 
 
@@ -231,14 +231,3 @@ def batches(points: Sequence[Point], size: int) -> Iterator[Sequence[Point]]:
 
 def missing_collection(name: str) -> MissingInput:
     return MissingInput(f"vector collection {name!r} does not exist (nothing indexed yet?)")
-
-
-def vector_index_from_env(env: Mapping[str, str], data_dir: Path) -> VectorIndex:
-    """Qdrant server when ``QDRANT_URL`` is set, else an embedded index under the data dir."""
-    if env.get("QDRANT_URL", "").strip():
-        from stages.qdrant_index import QdrantConfig, QdrantIndex
-
-        return QdrantIndex(QdrantConfig.from_env(env))
-    from stages.edge_index import EdgeIndex, EdgeIndexConfig
-
-    return EdgeIndex(EdgeIndexConfig(root=Path(data_dir) / "qdrant"))

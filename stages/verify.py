@@ -18,10 +18,7 @@ from collections import defaultdict
 
 import msgspec
 
-from runtime.documents import DocumentRepository
-from runtime.errors import MissingInput
-from runtime.models import Document, DocumentStatus
-from runtime.repository import Pool
+from runtime.api import Document, DocumentRepository, DocumentStatus, MissingInput, Pool
 from stages import store
 from stages.services import Services
 from stages.vector_index import PointRef, point_id

@@ -11,10 +11,7 @@ import contextlib
 import hashlib
 import logging
 
-from runtime.errors import PermanentError, one_line
-from runtime.models import Job
-from runtime.providers import ProviderSpec
-from runtime.stage import DbConn, JobContext
+from runtime.api import DbConn, Job, JobContext, PermanentError, ProviderSpec, one_line
 from stages import store
 from stages.services import Services
 

@@ -1,6 +1,7 @@
 """The vision service: an image in, searchable text out.
 
-Three implementations of :class:`VisionModel`:
+Three implementations of :class:`stages.vision_protocol.VisionModel` (the port, which
+imports none of them):
 
 - :class:`CohereVision` asks a vision-capable Cohere chat model (``/v2/chat``) to
   transcribe and describe the image.
@@ -8,7 +9,7 @@ Three implementations of :class:`VisionModel`:
   onnxruntime) in a worker thread: no network, recognised text only.
 - :class:`NoVision` describes nothing, so the vision stage passes images through.
 
-:func:`vision_from_env` picks one; see its docstring for the rules.
+:func:`vision_for` picks one; see its docstring for the rules.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import io
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -27,30 +28,14 @@ import msgspec
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from runtime.errors import ConfigurationError, PermanentError
+from runtime.api import ConfigurationError, PermanentError
 from stages.cohere_errors import make_client, translated
+from stages.vision_protocol import VisionModel
 
 if TYPE_CHECKING:
     from rapidocr import RapidOCR
 
-
-class VisionModel(Protocol):
-    """Describes images as text for the index."""
-
-    @property
-    def name(self) -> str:
-        """Which model wrote a description, e.g. ``cohere/command-a-vision-07-2025``."""
-        ...
-
-    async def describe(self, image: bytes, media_type: str) -> str:
-        """Text for ``image`` ("" when there is nothing to say).
-
-        Raises :class:`runtime.errors.PermanentError` for bytes that are not a readable
-        image, :class:`runtime.errors.TransientError` when the service may recover.
-        """
-        ...
-
-    async def aclose(self) -> None: ...
+    from stages.settings import VisionSettings
 
 
 # --------------------------------------------------------------------------- images
@@ -313,37 +298,31 @@ class NoVision:
 # --------------------------------------------------------------------------- wiring
 
 
-def vision_from_env(env: Mapping[str, str]) -> VisionModel:
-    """The vision model the environment asks for.
+def vision_for(settings: VisionSettings) -> VisionModel:
+    """The vision model ``settings`` select (read from the environment by
+    :meth:`stages.settings.PipelineSettings.from_env`).
 
     ``RAGLINE_VISION=none|ocr|cohere`` decides when set. Unset, it is ``cohere`` only if
-    both ``RAGLINE_VISION_MODEL`` and ``COHERE_API_KEY`` are set, else ``ocr``: one chat
-    call per image costs far more than embedding, so a key given for embeddings alone does
-    not switch it on. Cohere knobs: ``RAGLINE_VISION_MODEL`` (command-a-vision-07-2025),
-    ``RAGLINE_VISION_TIMEOUT_S`` (120), ``COHERE_BASE_URL``.
+    both ``RAGLINE_VISION_MODEL`` and ``COHERE_API_KEY`` are set, else ``ocr``. Cohere
+    knobs: ``RAGLINE_VISION_MODEL`` (command-a-vision-07-2025), ``RAGLINE_VISION_TIMEOUT_S``
+    (120), ``COHERE_BASE_URL``.
     """
-    api_key = env.get("COHERE_API_KEY", "").strip()
-    implied = "cohere" if api_key and env.get("RAGLINE_VISION_MODEL") else "ocr"
-    choice = env.get("RAGLINE_VISION", "").strip().lower() or implied
-    if choice == "none":
+    if settings.kind == "none":
         return NoVision()
-    if choice == "ocr":
+    if settings.kind == "ocr":
         return LocalOCR()
-    if choice != "cohere":
-        raise ConfigurationError(f"RAGLINE_VISION must be none, ocr or cohere, not {choice!r}")
-    if not api_key:
-        raise ConfigurationError("RAGLINE_VISION=cohere needs COHERE_API_KEY")
-    return CohereVision(_cohere_config(env, api_key))
-
-
-def _cohere_config(env: Mapping[str, str], api_key: str) -> CohereVisionConfig:
-    defaults = CohereVisionConfig(api_key=api_key)
-    try:
-        return CohereVisionConfig(
-            api_key=api_key,
-            base_url=env.get("COHERE_BASE_URL") or None,
-            model=env.get("RAGLINE_VISION_MODEL") or defaults.model,
-            timeout_s=float(env.get("RAGLINE_VISION_TIMEOUT_S") or defaults.timeout_s),
+    if settings.kind != "cohere":
+        raise ConfigurationError(
+            f"RAGLINE_VISION must be none, ocr or cohere, not {settings.kind!r}"
         )
-    except ValueError as exc:
-        raise ConfigurationError(f"invalid vision setting: {exc}") from exc
+    if not settings.api_key:
+        raise ConfigurationError("RAGLINE_VISION=cohere needs COHERE_API_KEY")
+    defaults = CohereVisionConfig(api_key=settings.api_key)
+    return CohereVision(
+        CohereVisionConfig(
+            api_key=settings.api_key,
+            base_url=settings.base_url,
+            model=settings.model or defaults.model,
+            timeout_s=settings.timeout_s or defaults.timeout_s,
+        )
+    )

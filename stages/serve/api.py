@@ -19,12 +19,17 @@ from litestar.datastructures import State
 from litestar.params import Parameter
 
 import schema
-from runtime.commands import stage_table, timeline
-from runtime.documents import DocumentRepository
-from runtime.errors import MissingInput
-from runtime.models import Document, JobRow
-from runtime.providers import ProviderState
-from runtime.repository import JobRepository, to_struct
+from runtime.api import (
+    Document,
+    DocumentRepository,
+    JobRepository,
+    JobRow,
+    MissingInput,
+    ProviderState,
+    stage_table,
+    timeline,
+    to_struct,
+)
 from stages import store as pipeline_store
 from stages.serve import uploads
 from stages.serve.context import ServeContext, document_id

@@ -15,8 +15,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.static_files import create_static_files_router
 
-from runtime.database import open_pool
-from runtime.events import EventHub
+from runtime.api import EventHub, open_pool
 from stages.serve import api, events, ops, web
 from stages.serve.auth import TokenAuth
 from stages.serve.context import ServeContext

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from runtime.cli import App, env_option, guarded
+from runtime.api import App, env_option, guarded
 from stages.serve.config import (
     DEFAULT_HOST,
     DEFAULT_MAX_UPLOAD_MB,
@@ -70,10 +70,11 @@ def serve(
 
 def run_server(app: App, config: ServeConfig, dsn: str) -> None:
     # Imported here: uvicorn, Litestar and the services are not needed for `--help`.
-    from stages.serve.context import ServeContext, ServeServices
+    from stages.serve.context import ServeContext
     from stages.serve.server import run
+    from stages.services import Services
 
     build = app.build_context()
-    services = ServeServices(build.env, build.data_dir)
+    services = Services(build.env, build.data_dir)
     ctx = ServeContext(config, dsn, services, app.plugin.stage_names)
     run(ctx)

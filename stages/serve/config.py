@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 
-from runtime.errors import ConfigurationError
+from runtime.api import ConfigurationError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8800

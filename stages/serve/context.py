@@ -2,68 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import uuid
-from collections.abc import AsyncIterator, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import msgspec
 
-from runtime.events import EventHub
+from runtime.api import EventHub
 from stages.serve.config import ServeConfig
 from stages.serve.problems import problem
 
 if TYPE_CHECKING:
-    from stages.assets import AssetStore
-    from stages.embedder import Embedder
-    from stages.vector_index import VectorIndex
-
-
-class ServeServices:
-    """The services the server uses (asset store, vector index, embedder), each built on
-    first use. Not :class:`stages.services.Services`: importing that loads PyMuPDF (and
-    with it numpy and onnxruntime) for the parse settings, ~70 MB a server never needs."""
-
-    def __init__(self, env: Mapping[str, str], data_dir: Path) -> None:
-        self.env = dict(env)
-        self.data_dir = data_dir
-
-    @functools.cached_property
-    def assets(self) -> AssetStore:
-        from stages.assets import asset_store_from_env
-
-        return asset_store_from_env(self.env, self.data_dir)
-
-    @functools.cached_property
-    def embedder(self) -> Embedder:
-        from stages.embedder import embedder_from_env
-
-        return embedder_from_env(self.env)
-
-    @functools.cached_property
-    def index(self) -> VectorIndex:
-        from stages.vector_index import vector_index_from_env
-
-        return vector_index_from_env(self.env, self.data_dir)
-
-    @property
-    def collection(self) -> str:
-        from stages.vector_index import collection_name
-
-        return collection_name(self.embedder.model, self.embedder.dimensions)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(self) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            for name in ("embedder", "index", "assets"):
-                service = self.__dict__.pop(name, None)
-                if service is not None:
-                    await service.aclose()
+    from stages.services import Services
 
 
 class ServeContext:
@@ -71,7 +21,7 @@ class ServeContext:
         self,
         config: ServeConfig,
         dsn: str,
-        services: ServeServices,
+        services: Services,
         stage_names: tuple[str, ...],
     ) -> None:
         self.config = config

@@ -21,7 +21,7 @@ from litestar.datastructures import State
 from litestar.params import Parameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
-from runtime.events import DocumentEvent, EventHub
+from runtime.api import DocumentEvent, EventHub
 from stages.serve.context import ServeContext
 from stages.serve.problems import problem
 

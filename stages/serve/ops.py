@@ -10,10 +10,7 @@ from litestar import Response, get
 from litestar.datastructures import State
 from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
 
-from runtime import metrics
-from runtime.dberrors import CONNECTION_ERRORS
-from runtime.migrate import pending
-from runtime.status import StageStatus
+from runtime.api import CONNECTION_ERRORS, StageStatus, metrics, pending, stage_table
 from stages.serve.context import ServeContext
 from stages.serve.problems import problem
 
@@ -59,8 +56,6 @@ def export_stages(rows: list[StageStatus]) -> None:
 @get("/metrics", tags=["ops"])
 async def metrics_endpoint(state: State) -> Response[Any]:
     """Prometheus text format: queue depth per stage and the server's own counters."""
-    from runtime.commands import stage_table
-
     ctx: ServeContext = state.ctx
     export_stages(await stage_table(ctx.pool, ctx.stage_names))
     SSE_CLIENTS.set(ctx.hub.subscribers)

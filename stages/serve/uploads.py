@@ -28,8 +28,7 @@ import multipart
 from litestar.exceptions import InternalServerException
 
 import schema
-from runtime.documents import DocumentRepository, Submitted
-from runtime.models import NewDocument
+from runtime.api import DocumentRepository, NewDocument, Submitted
 from stages.assets import AssetStore, original_key
 from stages.serve.problems import problem
 

@@ -19,7 +19,7 @@ from litestar.exceptions import HTTPException
 from litestar.params import Body
 from litestar.response import Redirect
 
-from runtime.providers import ProviderState
+from runtime.api import ProviderState
 from stages.serve import api
 from stages.serve.auth import COOKIE, token_ok
 from stages.serve.context import ServeContext, document_id

@@ -7,7 +7,7 @@ Nothing is lost and nothing is doubled: every good document ends ready with exac
 point per chunk row (counted in the vector index itself), every broken one fails once with
 a reason naming its stage, crashes waste at most the embed batch each interrupted job had
 in flight, 429s cost no attempt, ``verify`` is clean, and a write made after a lost lease
-is found and purged. The scenario and its knobs live in :mod:`tests.support.chaos`;
+is found and purged. The scenario and its knobs live in :mod:`bench.harness.chaos`;
 ``python -m bench.chaos`` runs the longer soak.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.support.chaos import (
+from bench.harness.chaos import (
     Chaos,
     ChaosConfig,
     CountingCohere,
@@ -34,9 +34,9 @@ from tests.support.chaos import (
     verify_now,
     zombie_writes,
 )
+from bench.harness.db import Databases
+from bench.harness.procs import WorkerProcess
 from tests.support.corpus import broken_pdfs, corpus_pdfs
-from tests.support.db import Databases
-from tests.support.procs import WorkerProcess
 
 # The shared run is set up inside the first test that uses it: allow it the whole run.
 pytestmark = pytest.mark.timeout(600)

@@ -24,17 +24,11 @@ import pytest
 from click.testing import CliRunner
 
 import schema
-from runtime.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from tests.support.cli import (
-    Cli,
-    Result,
-    sql,
-    write_encrypted_pdf,
-    write_textless_pdf,
-    write_truncated_pdf,
-)
-from tests.support.db import Databases
-from tests.support.procs import REPO, wait_for
+from bench.harness.cli import Cli, Result
+from bench.harness.db import Databases, sql
+from bench.harness.procs import REPO, wait_for
+from runtime.cli_app import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from tests.support.pdfs import write_encrypted_pdf, write_textless_pdf, write_truncated_pdf
 
 SAMPLES = REPO / "samples"
 SAMPLE_NAMES = ("lighthouses.pdf", "rust-borrow-checker.pdf", "sourdough.pdf")
@@ -518,7 +512,6 @@ def own_logging() -> Iterator[None]:
 def test_command_help(command: tuple[str, ...]) -> None:
     # In-process (the same click objects ``python -m runtime`` runs): a subprocess per
     # command would cost ~3 s of imports each.
-    from runtime import commands  # noqa: F401  (registers status, failures, retry)
     from runtime.cli import main
 
     result = CliRunner().invoke(

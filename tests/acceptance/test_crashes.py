@@ -5,56 +5,38 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pytest
-
-from tests.support.cli import sql
-from tests.support.fleet import submit_jobs
-from tests.support.procs import WorkerProcess, wait_for, workers
-
-Start = Callable[..., WorkerProcess]
-
-
-def job_state(dsn: str, stage: str) -> tuple[str, int, int]:
-    [row] = sql(dsn, "SELECT state::text, attempts, lost FROM stage_jobs WHERE stage = $1", stage)
-    return row[0], row[1], row[2]
-
-
-def effects(dsn: str) -> list[tuple[str, int]]:
-    return [(r[0], r[1]) for r in sql(dsn, "SELECT stage, pid FROM test_effects ORDER BY id")]
-
-
-@pytest.fixture
-def start(tmp_path: Path) -> Iterator[Start]:
-    with workers(tmp_path) as factory:
-        yield factory
-
+from bench.harness.db import sql
+from bench.harness.fleet import submit_jobs
+from bench.harness.procs import StartWorker, wait_for
+from tests.support.jobs import effects, job_state
 
 FAST = ("--lease", "1.5", "--heartbeat", "0.4", "--rescue-every", "0.3", "--poll", "0.2")
 
 
-def test_sigkill_mid_job_another_worker_finishes_once(dsn: str, start: Start) -> None:
+def test_sigkill_mid_job_another_worker_finishes_once(dsn: str, start_worker: StartWorker) -> None:
     submit_jobs(dsn, 1, stage="chunk")
-    doomed = start(dsn, "--stages", "chunk", *FAST, RAGLINE_TEST_SLEEP="chunk=60")
+    doomed = start_worker(dsn, "--stages", "chunk", *FAST, RAGLINE_TEST_SLEEP="chunk=60")
     wait_for(lambda: job_state(dsn, "chunk")[0] == "running", what="the job to start")
     doomed.signal(signal.SIGKILL)
     doomed.wait()
-    rescuer = start(dsn, "--stages", "chunk", "--exit-when-idle", *FAST)
+    rescuer = start_worker(dsn, "--stages", "chunk", "--exit-when-idle", *FAST)
     assert rescuer.wait(30) == 0, rescuer.output()
     assert effects(dsn) == [("chunk", rescuer.pid)]
     assert job_state(dsn, "chunk") == ("succeeded", 2, 1)
     assert job_state(dsn, "vision") == ("queued", 0, 0)  # next stage enqueued once
 
 
-def test_sigstopped_worker_past_its_lease_commits_nothing(dsn: str, start: Start) -> None:
+def test_sigstopped_worker_past_its_lease_commits_nothing(
+    dsn: str, start_worker: StartWorker
+) -> None:
     submit_jobs(dsn, 1, stage="chunk")
-    paused = start(dsn, "--stages", "chunk", *FAST, RAGLINE_TEST_SLEEP="chunk=2")
+    paused = start_worker(dsn, "--stages", "chunk", *FAST, RAGLINE_TEST_SLEEP="chunk=2")
     wait_for(lambda: job_state(dsn, "chunk")[0] == "running", what="the job to start")
     paused.signal(signal.SIGSTOP)
     try:
-        other = start(dsn, "--stages", "chunk", "--exit-when-idle", *FAST)
+        other = start_worker(dsn, "--stages", "chunk", "--exit-when-idle", *FAST)
         assert other.wait(30) == 0, other.output()
         assert job_state(dsn, "chunk") == ("succeeded", 2, 1)
     finally:
@@ -67,10 +49,12 @@ def test_sigstopped_worker_past_its_lease_commits_nothing(dsn: str, start: Start
     assert len(sql(dsn, "SELECT 1 FROM stage_jobs WHERE stage = 'vision'")) == 1
 
 
-def test_sigterm_releases_lease_for_another_worker_at_once(dsn: str, start: Start) -> None:
+def test_sigterm_releases_lease_for_another_worker_at_once(
+    dsn: str, start_worker: StartWorker
+) -> None:
     submit_jobs(dsn, 1, stage="embed")
     # A long lease: the job must move on because it was released, not because it expired.
-    first = start(
+    first = start_worker(
         dsn,
         "--stages",
         "embed",
@@ -87,16 +71,16 @@ def test_sigterm_releases_lease_for_another_worker_at_once(dsn: str, start: Star
     assert first.wait(20) == 0, first.output()
     assert job_state(dsn, "embed") == ("queued", 0, 0)
     began = time.monotonic()
-    second = start(dsn, "--stages", "embed", "--exit-when-idle", "--poll", "0.2")
+    second = start_worker(dsn, "--stages", "embed", "--exit-when-idle", "--poll", "0.2")
     assert second.wait(30) == 0, second.output()
     assert time.monotonic() - began < 60  # far below the 120 s lease
     assert effects(dsn) == [("embed", second.pid)]
     assert job_state(dsn, "embed") == ("succeeded", 1, 0)
 
 
-def test_connections_killed_mid_run_worker_reconnects(dsn: str, start: Start) -> None:
+def test_connections_killed_mid_run_worker_reconnects(dsn: str, start_worker: StartWorker) -> None:
     ids = submit_jobs(dsn, 40)
-    worker = start(
+    worker = start_worker(
         dsn,
         "--exit-when-idle",
         "--concurrency",
@@ -144,7 +128,7 @@ def test_help_names_every_flag_and_its_variable(tmp_path: Path) -> None:
         assert flag in out and var in out
 
 
-def test_unknown_stage_is_a_usage_error(dsn: str, start: Start) -> None:
-    proc = start(dsn, "--stages", "parse,bogus")
+def test_unknown_stage_is_a_usage_error(dsn: str, start_worker: StartWorker) -> None:
+    proc = start_worker(dsn, "--stages", "parse,bogus")
     assert proc.wait(30) == 2
     assert "unknown stage(s) bogus" in proc.output()

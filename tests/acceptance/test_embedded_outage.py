@@ -16,13 +16,12 @@ from typing import Any
 import asyncpg
 import pytest
 
-from runtime.cli import EXIT_FAILED, EXIT_OK
+from bench.harness.cli import Cli
+from bench.harness.db import sql, try_sql
+from bench.harness.procs import wait_for
+from runtime.cli_app import EXIT_FAILED, EXIT_OK
 from runtime.embedded import EmbeddedPostgres
-from tests.support.cli import Cli, sql
-from tests.support.embedded_helpers import embedded_base, postmaster_pid
-from tests.support.procs import wait_for
-
-__all__ = ["embedded_base"]
+from tests.support.embedded_helpers import postmaster_pid
 
 
 class EmbeddedCli(Cli):
@@ -42,10 +41,7 @@ def cli(embedded_base: Path, tmp_path: Path) -> Iterator[EmbeddedCli]:
 
 def query(data_dir: Path, statement: str) -> list[asyncpg.Record] | None:
     """``statement`` on the embedded cluster, or None while it is down."""
-    try:
-        return sql(EmbeddedPostgres(data_dir).dsn, statement)
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-        return None
+    return try_sql(EmbeddedPostgres(data_dir).dsn, statement)
 
 
 def jobs_done(data_dir: Path) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -11,14 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fleet import submit_jobs
-from tests.support.procs import WorkerProcess, wait_for, workers
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from bench.harness.fleet import submit_jobs
+from bench.harness.procs import WorkerProcess, wait_for, workers
+from bench.harness.serve import free_port
 
 
 def scrape(port: int) -> str:

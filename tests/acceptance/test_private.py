@@ -3,13 +3,13 @@ with everything ragline writes in it 0600/0700; metrics bind 127.0.0.1 unless to
 
 from __future__ import annotations
 
-import socket
 import stat
 from pathlib import Path
 
-from runtime.cli import EXIT_OK
-from tests.support.cli import Cli
-from tests.support.procs import wait_for
+from bench.harness.cli import Cli
+from bench.harness.procs import wait_for
+from bench.harness.serve import free_port
+from runtime.cli_app import EXIT_OK
 
 
 def listening_on(port: int) -> list[str]:
@@ -21,12 +21,6 @@ def listening_on(port: int) -> list[str]:
         if int(hex_port, 16) == port and state == "0A":  # LISTEN
             found.append(address)
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_an_existing_open_data_dir_is_made_private(dsn: str, tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.fake_cohere import FakeCohere
-from tests.support.fleet import run_fleet
+from bench.harness.fake_cohere import FakeCohere
+from bench.harness.fleet import run_fleet
 
 RPM = 900.0
 #: About 8 s of calls at the budget.

@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from runtime.cli import EXIT_OK, EXIT_USAGE
-from tests.support.cli import Cli, sql
-from tests.support.fleet import submit_jobs
+from bench.harness.cli import Cli
+from bench.harness.db import sql
+from bench.harness.fleet import submit_jobs
+from runtime.cli_app import EXIT_OK, EXIT_USAGE
 
 PROVIDER = "cohere/embed-v4.0"
 WAITING = re.compile(

@@ -15,9 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.cli import Cli, sql, write_truncated_pdf
-from tests.support.db import Databases
-from tests.support.serve import Server, running_server
+from bench.harness.cli import Cli
+from bench.harness.db import Databases, sql
+from bench.harness.serve import Server, running_server
+from tests.support.pdfs import write_truncated_pdf
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "samples"
@@ -26,12 +27,9 @@ PROBLEM = "application/problem+json"
 
 @pytest.fixture(scope="module")
 def cli(databases: Databases, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
-    name = databases.clone()
     tmp = tmp_path_factory.mktemp("serve")
-    try:
-        yield Cli(databases.dsn(name), tmp / "data", tmp / "logs")
-    finally:
-        databases.drop(name)
+    with databases.fresh() as dsn:
+        yield Cli(dsn, tmp / "data", tmp / "logs")
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.support.cli import Cli, Running, write_truncated_pdf
-from tests.support.db import Databases
-from tests.support.serve import Server, running_server
+from bench.harness.cli import Cli, Running
+from bench.harness.db import Databases
+from bench.harness.serve import Server, running_server
+from tests.support.pdfs import write_truncated_pdf
 
 CHROMIUM = shutil.which("chromium")
 DRIVER = shutil.which("chromedriver")

@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runtime import commands  # noqa: F401  (registers status, as python -m runtime does)
-from runtime.cli import EXIT_USAGE, main
+from bench.harness.cli import Cli
+from bench.harness.db import sql
+from bench.harness.procs import REPO
+from runtime.cli import main
+from runtime.cli_app import EXIT_USAGE
 from runtime.settings import ENGINE_SETTINGS, Setting
 from stages.settings import PIPELINE_SETTINGS
-from tests.support.cli import Cli, sql
-from tests.support.procs import REPO
 
 TABLE: tuple[Setting, ...] = (*ENGINE_SETTINGS, *PIPELINE_SETTINGS)
 CASES = [

@@ -10,10 +10,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from runtime.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from tests.support.cli import Cli, sql
-from tests.support.db import Databases
-from tests.support.procs import wait_for
+from bench.harness.cli import Cli
+from bench.harness.db import Databases, sql
+from bench.harness.procs import wait_for
+from runtime.cli_app import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from tests.support.tcp_proxy import TcpProxy
 
 
@@ -66,14 +66,11 @@ def test_ctrl_c_during_a_database_outage_exits_130(dsn: str, tmp_path: Path) -> 
 
 
 def test_no_auto_migrate_on_an_unmigrated_database(databases: Databases, tmp_path: Path) -> None:
-    name = databases.empty()
-    try:
-        cli = Cli(databases.dsn(name), tmp_path / "data", tmp_path / "logs")
+    with databases.fresh(migrated=False) as dsn:
+        cli = Cli(dsn, tmp_path / "data", tmp_path / "logs")
         result = cli.run("--no-auto-migrate", "status")
         assert result.code == EXIT_USAGE, result
         assert len(result.err_lines) == 1 and "run 'ragline migrate'" in result.err, result
-    finally:
-        databases.drop(name)
 
 
 def test_ingest_runs_every_stage_whatever_ragline_stages_says(dsn: str, tmp_path: Path) -> None:

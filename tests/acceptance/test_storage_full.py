@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cli import EXIT_OK
-from tests.support.cli import Cli, sql
-from tests.support.db import Databases
-from tests.support.procs import wait_for
+from bench.harness.cli import Cli
+from bench.harness.db import Databases, sql
+from bench.harness.procs import wait_for
+from runtime.cli_app import EXIT_OK
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 

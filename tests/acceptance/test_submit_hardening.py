@@ -21,13 +21,15 @@ from typing import Any
 
 import pytest
 
-from runtime.cli import EXIT_FAILED, EXIT_OK
+from bench.harness.cli import Cli
+from bench.harness.procs import REPO
+from runtime.cli_app import EXIT_FAILED, EXIT_OK
 from runtime.database import open_pool
 from runtime.documents import DocumentRepository
-from stages.assets import DirStore, Stored
+from stages.assets import Stored
+from stages.dir_store import DirStore
 from stages.submit import submit
-from tests.support.cli import Cli, write_truncated_pdf
-from tests.support.procs import REPO
+from tests.support.pdfs import write_truncated_pdf
 
 pytestmark = pytest.mark.anyio
 SAMPLE = REPO / "samples" / "sourdough.pdf"
@@ -80,7 +82,8 @@ async def test_recorded_hash_is_the_hash_of_the_stored_bytes(dsn: str, tmp_path:
 _KILLED_WRITER = """
 import sys, time, uuid, anyio
 from pathlib import Path
-from stages.assets import DirStore, original_key
+from stages.assets import original_key
+from stages.dir_store import DirStore
 
 async def chunks():
     yield b"%PDF-1.7 " + b"x" * 100_000

@@ -7,32 +7,22 @@ The lease is 600 s and the test waits at most 60 s: only the takeover can finish
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-
+from bench.harness.fleet import submit_jobs
+from bench.harness.procs import StartWorker, wait_for
 from runtime.identity import dead_here, new_worker_id
-from tests.acceptance.test_crashes import Start, effects, job_state
-from tests.support.fleet import submit_jobs
-from tests.support.procs import wait_for, workers
+from tests.support.jobs import effects, job_state
 
 LONG_LEASE = ("--lease", "600", "--rescue-every", "0.3", "--poll", "0.2")
 
 
-@pytest.fixture
-def start(tmp_path: Path) -> Iterator[Start]:
-    with workers(tmp_path) as factory:
-        yield factory
-
-
-def test_a_dead_local_workers_job_is_taken_at_once(dsn: str, start: Start) -> None:
+def test_a_dead_local_workers_job_is_taken_at_once(dsn: str, start_worker: StartWorker) -> None:
     submit_jobs(dsn, 1, stage="chunk")
-    doomed = start(dsn, "--stages", "chunk", *LONG_LEASE, RAGLINE_TEST_SLEEP="chunk=600")
+    doomed = start_worker(dsn, "--stages", "chunk", *LONG_LEASE, RAGLINE_TEST_SLEEP="chunk=600")
     wait_for(lambda: job_state(dsn, "chunk")[0] == "running", what="the job to start")
     doomed.signal(signal.SIGKILL)
     doomed.wait()
-    heir = start(dsn, "--stages", "chunk", "--exit-when-idle", *LONG_LEASE)
+    heir = start_worker(dsn, "--stages", "chunk", "--exit-when-idle", *LONG_LEASE)
     assert heir.wait(60) == 0, heir.output()
     assert "lease(s) taken over now" in heir.output()
     assert effects(dsn) == [("chunk", heir.pid)]

@@ -10,20 +10,12 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import ConfigurationError, MissingInput, TransientError
-from stages.assets import (
-    AssetStore,
-    DirStore,
-    MinioConfig,
-    MinioStore,
-    asset_store_from_env,
-    document_prefix,
-    image_key,
-    original_key,
-    validate_key,
-)
-from tests.support.s3 import S3Server, closed_port, s3_server
-
-__all__ = ["s3_server"]
+from stages.assets import AssetStore, document_prefix, image_key, original_key, validate_key
+from stages.dir_store import DirStore
+from stages.minio_store import MinioConfig, MinioStore
+from stages.services import asset_store
+from stages.settings import PipelineSettings
+from tests.support.s3 import S3Server, closed_port
 
 pytestmark = pytest.mark.anyio
 
@@ -168,10 +160,10 @@ def test_keys_never_use_file_names_and_validate_inputs() -> None:
 
 
 def test_factory_picks_minio_only_when_endpoint_set(tmp_path: Path) -> None:
-    assert isinstance(asset_store_from_env({}, tmp_path), DirStore)
+    assert isinstance(asset_store(PipelineSettings.from_env({}), tmp_path), DirStore)
     env = {"MINIO_ENDPOINT": "127.0.0.1:9", "MINIO_SECURE": "true"}
-    made = asset_store_from_env(env, tmp_path)
+    made = asset_store(PipelineSettings.from_env(env), tmp_path)
     assert isinstance(made, MinioStore)
     assert made.config.secure and made.config.bucket == "ragline"
-    with pytest.raises(ConfigurationError):
-        MinioConfig.from_env({"MINIO_ENDPOINT": "x:1", "MINIO_SECURE": "maybe"})
+    with pytest.raises(ConfigurationError, match=r"^MINIO_SECURE='maybe' is invalid"):
+        PipelineSettings.from_env({"MINIO_ENDPOINT": "x:1", "MINIO_SECURE": "maybe"})

@@ -10,17 +10,7 @@ from prometheus_client import REGISTRY
 
 from stages import store
 from stages.app import status_notes
-from tests.support.pipeline_env import (
-    TimedCohere,
-    anyio_backend,
-    cohere_env,
-    fake_cohere,
-    pipeline_env,
-    sample,
-)
-
-# Fixtures, used by name.
-__all__ = ["anyio_backend", "fake_cohere"]
+from tests.support.pipeline_env import TimedCohere, cohere_env, pipeline_env, sample
 
 pytestmark = pytest.mark.anyio
 

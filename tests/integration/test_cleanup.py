@@ -8,23 +8,19 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness.fake_cohere import Fault
 from runtime.models import DocumentStatus, JobState
 from stages import store
 from stages.vector_index import collection_name, new_point
 from stages.verify import delete_everywhere, repair, verify
-from tests.support.fake_cohere import Fault
 from tests.support.pipeline_env import (
     FAKE_DIMS,
     PipelineEnv,
     TimedCohere,
-    anyio_backend,
     cohere_env,
-    fake_cohere,
     pipeline_env,
     sample,
 )
-
-__all__ = ["anyio_backend", "fake_cohere"]
 
 pytestmark = pytest.mark.anyio
 

@@ -15,17 +15,9 @@ import pymupdf
 import pytest
 
 from runtime.models import DocumentStatus
-from tests.support.pipeline_env import (
-    TimedCohere,
-    anyio_backend,
-    cohere_env,
-    copy_sample,
-    fake_cohere,
-    pipeline_env,
-)
+from tests.support.pipeline_env import TimedCohere, cohere_env, copy_sample, pipeline_env
 
 pytestmark = pytest.mark.anyio
-__all__ = ["anyio_backend", "fake_cohere"]
 
 ZERO_PAGE_PDF = (
     b"%PDF-1.4\n1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj\n"

@@ -9,22 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness.fake_cohere import Fault
 from runtime.models import DocumentStatus, JobRow, JobState
 from runtime.providers import CircuitConfig
-from tests.support.fake_cohere import Fault
 from tests.support.pipeline_env import (
     PipelineEnv,
     TimedCohere,
-    anyio_backend,
     cohere_env,
-    fake_cohere,
     long_pdf,
     pipeline_env,
     sample,
 )
-
-# Fixtures, used by name.
-__all__ = ["anyio_backend", "fake_cohere"]
 
 pytestmark = pytest.mark.anyio
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-import runtime.embedded
-from runtime.embedded import EmbeddedPostgres, _service_user, embedded_postgres
+import runtime.embedded._accounts
+from runtime.embedded import EmbeddedPostgres, embedded_postgres
+from runtime.embedded._accounts import service_user
 from runtime.errors import ConfigurationError, DatabaseUnavailable
 from tests.support.embedded_helpers import (
     REPO_ROOT,
@@ -25,33 +26,17 @@ from tests.support.embedded_helpers import (
     LockedPgserver,
     UnprivilegedPython,
     discard_cluster,
-    embedded_base,
-    embedded_template,
     executable_of,
     fetchval,
-    initialized_data_dir,
-    locked_pgserver,
     outside_location,
     pginstall_leftovers,
     postmaster_pid,
     process_uid,
     python_for_postgres_user,
     run_python_as_postgres,
-    spawn_child,
-    throwaway_user_name,
     user_exists,
     wait_for_exit,
 )
-
-# Fixtures, used by name.
-__all__ = [
-    "embedded_base",
-    "embedded_template",
-    "initialized_data_dir",
-    "locked_pgserver",
-    "spawn_child",
-    "throwaway_user_name",
-]
 
 SpawnChild = Callable[..., Child]
 
@@ -308,7 +293,7 @@ def test_an_unprivileged_user_with_an_unwritable_data_dir_gets_a_configuration_e
 
 @pytest.mark.skipif(not user_exists("postgres"), reason="needs user postgres")
 def test_the_service_user_is_postgres_when_it_exists(throwaway_user_name: str) -> None:
-    entry = _service_user(preferred="postgres", fallback=throwaway_user_name)
+    entry = service_user(preferred="postgres", fallback=throwaway_user_name)
 
     assert entry.pw_name == "postgres"
     assert not user_exists(throwaway_user_name), "created a user although postgres exists"
@@ -318,7 +303,7 @@ def test_the_service_user_is_postgres_when_it_exists(throwaway_user_name: str) -
 def test_a_missing_service_user_is_created_as_a_system_account(throwaway_user_name: str) -> None:
     absent = f"{throwaway_user_name}-x"
 
-    entry = _service_user(preferred=absent, fallback=throwaway_user_name)
+    entry = service_user(preferred=absent, fallback=throwaway_user_name)
 
     assert entry.pw_name == throwaway_user_name
     assert entry.pw_uid != 0
@@ -326,7 +311,7 @@ def test_a_missing_service_user_is_created_as_a_system_account(throwaway_user_na
     assert not Path(entry.pw_dir).exists()
     assert grp.getgrgid(entry.pw_gid).gr_name == throwaway_user_name
     assert not user_exists(absent)
-    assert _service_user(preferred=absent, fallback=throwaway_user_name) == entry
+    assert service_user(preferred=absent, fallback=throwaway_user_name) == entry
 
 
 def test_a_service_user_that_cannot_be_created_is_a_configuration_error(
@@ -334,7 +319,7 @@ def test_a_service_user_that_cannot_be_created_is_a_configuration_error(
 ) -> None:
     # ':' separates passwd fields: every useradd/adduser refuses it, as root or not.
     with pytest.raises(ConfigurationError) as failure:
-        _service_user(preferred=throwaway_user_name, fallback="rgl:bad")
+        service_user(preferred=throwaway_user_name, fallback="rgl:bad")
 
     message = failure.value.message
     assert f"no user '{throwaway_user_name}'" in message
@@ -348,8 +333,10 @@ def test_root_without_a_postgres_user_creates_one_and_runs_the_cluster_as_it(
     throwaway_user_name: str, embedded_base: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A fresh python image as root: no user postgres, a checkout under /root (mode 0700).
-    monkeypatch.setattr(runtime.embedded, "EXISTING_SERVICE_USER", f"{throwaway_user_name}-x")
-    monkeypatch.setattr(runtime.embedded, "SERVICE_USER", throwaway_user_name)
+    monkeypatch.setattr(
+        runtime.embedded._accounts, "EXISTING_SERVICE_USER", f"{throwaway_user_name}-x"
+    )
+    monkeypatch.setattr(runtime.embedded._accounts, "SERVICE_USER", throwaway_user_name)
     home = embedded_base / "root"
     home.mkdir(mode=0o700)
     data_dir = home / "checkout" / ".ragline"

@@ -16,15 +16,17 @@ import numpy as np
 import pytest
 from cohere.core.api_error import ApiError
 
+from bench.harness.fake_cohere import FakeCohere, Fault, FaultRates, fake_vector
 from runtime.errors import ConfigurationError, PermanentError, RateLimited, TransientError
 from stages.cohere_errors import retry_after_s
 from stages.embedder import (
     CohereEmbedder,
     CohereEmbedderConfig,
     LocalEmbedder,
-    embedder_from_env,
+    embedder_for,
 )
-from tests.support.fake_cohere import FakeCohere, Fault, FaultRates, fake_vector
+from stages.embedder_protocol import Embedder
+from stages.settings import PipelineSettings
 
 DIMS = 32
 
@@ -237,6 +239,10 @@ def test_retry_after_parses_seconds_and_http_dates() -> None:
 # --------------------------------------------------------------------------- wiring
 
 
+def embedder_from_env(env: dict[str, str]) -> Embedder:
+    return embedder_for(PipelineSettings.from_env(env).embed)
+
+
 async def test_embedder_from_env_reaches_cohere_base_url(server: FakeCohere) -> None:
     env = {
         "COHERE_API_KEY": "test-key",
@@ -261,9 +267,12 @@ def test_embedder_from_env_choices() -> None:
     assert isinstance(forced, LocalEmbedder)
     with pytest.raises(ConfigurationError, match="needs COHERE_API_KEY"):
         embedder_from_env({"RAGLINE_EMBEDDER": "cohere"})
-    with pytest.raises(ConfigurationError, match="local or cohere"):
+    with pytest.raises(
+        ConfigurationError,
+        match="RAGLINE_EMBEDDER='openai' is invalid: expected one of local, cohere",
+    ):
         embedder_from_env({"RAGLINE_EMBEDDER": "openai"})
-    with pytest.raises(ConfigurationError, match="invalid embedder setting"):
+    with pytest.raises(ConfigurationError, match="RAGLINE_EMBED_DIMENSIONS='many' is invalid"):
         embedder_from_env({"COHERE_API_KEY": "k", "RAGLINE_EMBED_DIMENSIONS": "many"})
 
 
@@ -381,7 +390,7 @@ async def test_fake_random_faults_are_reproducible_from_the_seed() -> None:
 
 
 def test_fake_runs_standalone_with_stats_and_fault_control() -> None:
-    cmd = [sys.executable, "-m", "tests.support.fake_cohere", "--dims", "8", "--error-rate", "1"]
+    cmd = [sys.executable, "-m", "bench.harness.fake_cohere", "--dims", "8", "--error-rate", "1"]
     root = Path(__file__).resolve().parents[2]
     with subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, text=True) as proc:
         try:

@@ -6,46 +6,33 @@ from __future__ import annotations
 import contextlib
 import signal
 import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
 import anyio.to_thread
 import pytest
 
+from bench.harness.procs import StartWorker, WorkerProcess
 from runtime.errors import LeaseLost
+from runtime.inflight import Context
 from runtime.models import DocumentStatus, JobState
-from runtime.worker import Context
 from stages import verify
 from stages.index import IndexStage
 from stages.vector_index import point_id
 from tests.support.pipeline_env import (
     PipelineEnv,
     TimedCohere,
-    anyio_backend,
     cohere_env,
     copy_sample,
-    fake_cohere,
     long_pdf,
     pipeline_env,
     sample,
 )
-from tests.support.procs import WorkerProcess, workers
 from tests.support.waits import wait_until
-
-# Fixtures, used by name.
-__all__ = ["anyio_backend", "fake_cohere"]
 
 pytestmark = pytest.mark.anyio
 
 BEFORE_INDEX = ("parse", "chunk", "vision", "embed")
-Start = Callable[..., WorkerProcess]
-
-
-@pytest.fixture
-def procs(tmp_path: Path) -> Iterator[Start]:
-    with workers(tmp_path) as start:
-        yield start
 
 
 async def index_jobs(env: PipelineEnv) -> dict[str, int]:
@@ -92,7 +79,7 @@ async def test_index_twice_for_the_same_generation_adds_nothing(
 
 
 async def kill_mid_job(
-    env: PipelineEnv, start: Start, data_dir: Path, extra: dict[str, str]
+    env: PipelineEnv, start: StartWorker, data_dir: Path, extra: dict[str, str]
 ) -> WorkerProcess:
     """Start an index worker and SIGKILL it while it holds a running index job.
 
@@ -137,7 +124,7 @@ async def running_index_jobs(env: PipelineEnv, pid: int) -> int:
 
 
 async def test_worker_killed_during_index_jobs_converges_to_one_point_per_chunk(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere, procs: Start
+    dsn: str, tmp_path: Path, fake_cohere: TimedCohere, start_worker: StartWorker
 ) -> None:
     data_dir = tmp_path / "data"
     env_vars = cohere_env(
@@ -150,7 +137,7 @@ async def test_worker_killed_during_index_jobs_converges_to_one_point_per_chunk(
         await env.run(BEFORE_INDEX)
         assert await index_jobs(env) == {"queued": len(ids)}
 
-        await kill_mid_job(env, procs, data_dir, env_vars)
+        await kill_mid_job(env, start_worker, data_dir, env_vars)
         # The dead worker's leases would expire in a minute: backdate them instead.
         await env.pool.execute(
             "UPDATE stage_jobs SET lease_expires_at = now() - interval '1 second' "
@@ -213,7 +200,7 @@ async def test_an_index_job_of_a_replaced_generation_leaves_the_new_points_alone
         # The old job's process() now runs on (its heartbeat has not noticed yet). Its
         # outcome can never commit; the index must not suffer either.
         with contextlib.suppress(LeaseLost):
-            await IndexStage(env.services()).process(Context(zombie, env.jobs))
+            await IndexStage(env.services()).process(Context(zombie, env.jobs, pool=env.jobs.pool))
 
         assert (await env.doc(doc_id)).status == DocumentStatus.READY
         await env.assert_indexed(doc_id)

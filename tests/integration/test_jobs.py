@@ -1,4 +1,4 @@
-"""Every transition of a job's life, against a real PostgreSQL (DESIGN.md §3)."""
+"""Every transition of a job's life, against a real PostgreSQL (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import asyncpg
 import pytest
 
 from runtime.documents import DocumentRepository
+from runtime.jobstore import Claim
 from runtime.models import DocumentStatus, Failure, Job, JobState, NewDocument
-from runtime.repository import Claim, JobRepository
+from runtime.repository import JobRepository
 from runtime.stage import DbConn
-from tests.support.backends import anyio_backend
 from tests.support.notify import Heard, listening
 
-pytestmark = pytest.mark.anyio
-__all__ = ["anyio_backend"]  # uvloop and asyncio for the engine
+#: The engine runs on uvloop and on plain asyncio alike.
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 LEASE_S = 30.0
 

@@ -31,16 +31,11 @@ from tests.support.pipeline_env import (
     SAMPLES,
     PipelineEnv,
     TimedCohere,
-    anyio_backend,
     cohere_env,
     copy_sample,
-    fake_cohere,
     pipeline_env,
     sample,
 )
-
-# Fixtures, used by name.
-__all__ = ["anyio_backend", "fake_cohere"]
 
 pytestmark = pytest.mark.anyio
 

@@ -12,22 +12,19 @@ from pathlib import Path
 import anyio
 import pytest
 
+from bench.harness.fake_cohere import FaultRates
 from runtime.commands import timeline
 from runtime.models import DocumentStatus, JobState
 from runtime.providers import CircuitConfig, provider_states
-from tests.support.fake_cohere import FaultRates
 from tests.support.pipeline_env import (
     SAMPLES,
     PipelineEnv,
     TimedCohere,
-    anyio_backend,
     cohere_env,
     long_pdf,
     pipeline_env,
     sample,
 )
-
-__all__ = ["anyio_backend"]
 
 pytestmark = pytest.mark.anyio
 

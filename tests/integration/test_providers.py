@@ -15,15 +15,17 @@ import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
+from bench.harness.pipelines import STAGES, ScriptedStage
 from runtime.documents import DocumentRepository
 from runtime.errors import PermanentError, ProviderUnavailable, RateLimited, TransientError
 from runtime.models import DocumentStatus, JobState, NewDocument
-from runtime.providers import CircuitConfig, Providers, ProviderSpec, provider_states
+from runtime.provider_gate import Providers
+from runtime.providers import CircuitConfig, ProviderSpec, provider_states
 from runtime.repository import JobRepository
 from runtime.stage import JobContext, Pipeline
-from runtime.worker import Worker, WorkerConfig
+from runtime.worker import Worker
+from runtime.worker_config import WorkerConfig
 from tests.support.notify import listening
-from tests.support.pipelines import STAGES, ScriptedStage
 
 pytestmark = pytest.mark.anyio
 

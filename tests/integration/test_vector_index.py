@@ -20,16 +20,24 @@ from pathlib import Path
 import anyio
 import pytest
 
-from runtime.errors import MissingInput, PermanentError, RateLimited, TransientError
-from stages.edge_index import EdgeIndex, EdgeIndexConfig, is_wanted, lock_collection
+from runtime.errors import (
+    ConfigurationError,
+    MissingInput,
+    PermanentError,
+    RateLimited,
+    TransientError,
+)
+from stages.edge_index import EdgeIndex, EdgeIndexConfig
+from stages.edge_session import is_wanted, lock_collection
 from stages.qdrant_index import QdrantConfig, QdrantIndex
+from stages.services import vector_index
+from stages.settings import PipelineSettings
 from stages.vector_index import (
     Point,
     VectorIndex,
     collection_name,
     new_point,
     point_id,
-    vector_index_from_env,
 )
 from tests.support.s3 import closed_port
 
@@ -161,10 +169,11 @@ def test_names_and_ids() -> None:
 
 
 def test_factory(tmp_path: Path) -> None:
-    assert isinstance(vector_index_from_env({}, tmp_path), EdgeIndex)
-    assert isinstance(
-        vector_index_from_env({"QDRANT_URL": "http://127.0.0.1:9"}, tmp_path), QdrantIndex
-    )
+    assert isinstance(vector_index(PipelineSettings.from_env({}), tmp_path), EdgeIndex)
+    qdrant = PipelineSettings.from_env({"QDRANT_URL": "http://127.0.0.1:9"})
+    assert isinstance(vector_index(qdrant, tmp_path), QdrantIndex)
+    with pytest.raises(ConfigurationError, match=r"^QDRANT_URL='localhost:6333' is invalid"):
+        PipelineSettings.from_env({"QDRANT_URL": "localhost:6333"})
 
 
 # -- QdrantIndex error mapping over real HTTP ----------------------------------------------

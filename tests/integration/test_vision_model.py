@@ -16,18 +16,24 @@ import pytest
 from cohere.core.api_error import ApiError
 from PIL import Image
 
+from bench.harness.fake_cohere import FakeCohere, Fault
 from runtime.errors import ConfigurationError, PermanentError, RateLimited, TransientError
+from stages.settings import PipelineSettings
 from stages.vision_model import (
     CohereVision,
     CohereVisionConfig,
     LocalOCR,
     NoVision,
     reading_order,
-    vision_from_env,
+    vision_for,
 )
-from tests.support.fake_cohere import FakeCohere, Fault
+from stages.vision_protocol import VisionModel
 
 pytestmark = pytest.mark.anyio
+
+
+def vision_from_env(env: dict[str, str]) -> VisionModel:
+    return vision_for(PipelineSettings.from_env(env).vision)
 
 
 def render_text(
@@ -289,5 +295,8 @@ def test_vision_from_env_choices() -> None:
     assert isinstance(vision_from_env({"RAGLINE_VISION_MODEL": "m"}), LocalOCR)
     with pytest.raises(ConfigurationError, match="needs COHERE_API_KEY"):
         vision_from_env({"RAGLINE_VISION": "cohere"})
-    with pytest.raises(ConfigurationError, match="none, ocr or cohere"):
+    with pytest.raises(
+        ConfigurationError,
+        match="RAGLINE_VISION='gpt' is invalid: expected one of ocr, cohere, none",
+    ):
         vision_from_env({"RAGLINE_VISION": "gpt"})

@@ -10,19 +10,21 @@ import anyio
 import asyncpg
 import pytest
 
+from bench.harness.pipelines import STAGES, ScriptedStage
 from runtime.documents import DocumentRepository
 from runtime.errors import LeaseLost
+from runtime.inflight import Context
+from runtime.listener import CHANNEL
 from runtime.models import DocumentStatus, JobState, NewDocument
 from runtime.repository import JobRepository
 from runtime.stage import DbConn, JobContext, Pipeline
-from runtime.worker import Context, Worker, WorkerConfig
-from tests.support.backends import anyio_backend
-from tests.support.notify import listening
-from tests.support.pipelines import STAGES, ScriptedStage
+from runtime.worker import Worker
+from runtime.worker_config import WorkerConfig
+from tests.support.notify import Heard, listening
 from tests.support.waits import wait_until
 
-pytestmark = pytest.mark.anyio
-__all__ = ["anyio_backend"]  # uvloop and asyncio for the engine
+#: The engine runs on uvloop and on plain asyncio alike.
+pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
 
 
 @pytest.fixture
@@ -225,8 +227,9 @@ async def test_heartbeat_cancels_job_whose_lease_was_taken(
         await pool.execute("UPDATE stage_jobs SET lease_token = gen_random_uuid()")
         with anyio.fail_after(10):
             await worker.heartbeat_once()
-            while worker.inflight:  # noqa: ASYNC110 - polling the worker's own state
-                await anyio.sleep(0.01)
+            while worker.inflight:  # each slot that ends sets the worker's drained event
+                drained = worker.state.drained = anyio.Event()
+                await drained.wait()
         worker.stop()
     assert await effects(pool) == {}
     [job] = await JobRepository(pool).document_jobs(doc)
@@ -237,7 +240,7 @@ async def test_checkpoint_refuses_after_lease_loss(dsn: str, pool: asyncpg.Pool[
     await submit_many(pool, 1)
     repo = JobRepository(pool)
     [job] = await repo.claim("parse", "w", 1, 30)
-    ctx = Context(job, repo)
+    ctx = Context(job, repo, pool=pool)
     wrote: list[int] = []
 
     async def write(conn: DbConn) -> None:
@@ -298,6 +301,17 @@ async def test_config_validation() -> None:
         WorkerConfig(stages=("parse",), concurrency={"parse": 1}, lease_s=5, heartbeat_s=5)
 
 
+async def heard_everything(pool: asyncpg.Pool[Any], heard: Heard) -> None:
+    """NOTIFY a marker and wait for it: notifications arrive in commit order, so every
+    one committed before it has been heard by then."""
+    arrived = heard.arrived = anyio.Event()
+    await pool.execute("SELECT pg_notify($1, 'end')", CHANNEL)
+    with anyio.fail_after(10):
+        while "end" not in heard.payloads:
+            await arrived.wait()
+            arrived = heard.arrived = anyio.Event()
+
+
 async def test_a_lone_worker_wakes_itself_without_notify(dsn: str, pool: asyncpg.Pool[Any]) -> None:
     # NOTIFY wakes other processes; with none serving a stage it only costs a lock that
     # serializes commits. The worker still announces itself.
@@ -305,10 +319,10 @@ async def test_a_lone_worker_wakes_itself_without_notify(dsn: str, pool: asyncpg
     async with listening(dsn) as heard:
         pipeline = Pipeline(stages=[ScriptedStage(s, noop=True) for s in STAGES])
         await run(pipeline, dsn, config(concurrency=dict.fromkeys(STAGES, 1)))
-        await anyio.sleep(0.1)
+        await heard_everything(pool, heard)
     docs = await DocumentRepository(pool).get_many(ids)
     assert {d.status for d in docs} == {DocumentStatus.READY}
-    assert heard.payloads == ["+worker"]
+    assert heard.payloads == ["+worker", "end"]
 
 
 async def test_a_worker_notifies_the_stages_another_worker_serves(
@@ -336,8 +350,7 @@ async def test_a_worker_notifies_the_stages_another_worker_serves(
 
     with anyio.fail_after(25):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(others.run)
-            await anyio.sleep(0.5)  # registered and listening before parse begins
+            await tg.start(others.run)  # registered and listening before parse begins
             tg.start_soon(parse.run)
             await wait_until(all_ready, timeout_s=20, what="all documents ready")
             others.stop()

@@ -10,9 +10,9 @@ import asyncpg
 import pytest
 
 import schema
+from bench.harness.db import Databases, execute
 from runtime.migrate import migrate, pending
 from runtime.models import DocumentStatus, JobState
-from tests.support.db import Databases
 
 CATALOG = {
     "columns": """SELECT table_name, column_name, data_type, udt_name, is_nullable,
@@ -47,25 +47,14 @@ async def snapshot(dsn: str) -> dict[str, list[tuple[Any, ...]]]:
         await conn.close()
 
 
-async def run_sql(dsn: str, sql: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
-
-
 @pytest.fixture
 def empty_dsn(databases: Databases) -> Iterator[str]:
-    name = databases.empty()
-    try:
-        yield databases.dsn(name)
-    finally:
-        databases.drop(name)
+    with databases.fresh(migrated=False) as dsn:
+        yield dsn
 
 
 def test_migrations_produce_schema_sql(dsn: str, empty_dsn: str) -> None:
-    asyncio.run(run_sql(empty_dsn, schema.read("schema.sql")))
+    execute(empty_dsn, schema.read("schema.sql"))
     assert asyncio.run(snapshot(dsn)) == asyncio.run(snapshot(empty_dsn))
 
 

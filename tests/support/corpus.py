@@ -1,4 +1,4 @@
-"""The real-PDF corpus that ``tests/corpus/fetch.sh`` downloads, for tests and benchmarks.
+"""The real-PDF corpus (:mod:`bench.harness.corpus`) for tests.
 
 Each accessor skips the calling test with the command to run when the corpus is missing,
 so a fresh checkout's test run still passes and says what it did not check.
@@ -10,13 +10,9 @@ from pathlib import Path
 
 import pytest
 
-CORPUS_DIR = Path(__file__).resolve().parent.parent / "corpus" / "cache"
+from bench.harness.corpus import BROKEN_KINDS, CORPUS_DIR, corpus_ready
+
 _FETCH_HINT = "corpus not fetched: run tests/corpus/fetch.sh"
-BROKEN_KINDS = ("truncated", "zero-byte", "encrypted", "not-a-pdf", "garbage", "corrupt")
-
-
-def corpus_ready() -> bool:
-    return (CORPUS_DIR / ".complete").is_file()
 
 
 def corpus_pdfs(min_count: int = 1) -> list[Path]:

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import grp
 import hashlib
-import importlib.metadata
 import json
 import os
 import pwd
-import secrets
 import shutil
 import signal
 import subprocess
@@ -18,14 +14,13 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import msgspec
-import pytest
 
+from bench.harness.db import sql
 from runtime.embedded import EmbeddedPostgres
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -214,21 +209,14 @@ def discard_cluster(data_dir: Path) -> None:
             shutil.rmtree(outside, ignore_errors=True)
 
 
-def fetchval(dsn: str, sql: str) -> Any:
-    """Run ``sql`` over a fresh asyncpg connection to ``dsn`` and return its first value."""
-
-    async def run() -> Any:
-        connection = await asyncpg.connect(dsn, timeout=10)
-        try:
-            return await connection.fetchval(sql)
-        finally:
-            await connection.close()
-
-    return asyncio.run(run())
+def fetchval(dsn: str, query: str) -> Any:
+    """The first value ``query`` returns on a fresh connection to ``dsn`` (None if no row)."""
+    rows = sql(dsn, query)
+    return rows[0][0] if rows else None
 
 
 @contextlib.contextmanager
-def _scratch_base() -> Iterator[Path]:
+def scratch_base() -> Iterator[Path]:
     # pytest's tmp_path lives under /tmp/pytest-of-root (mode 0700): as root, the server
     # runs as user postgres, who could not reach a data dir there.
     # tmpfs when there is one: initdb's fsyncs and copying clusters are much faster there.
@@ -244,64 +232,6 @@ def _scratch_base() -> Iterator[Path]:
         shutil.rmtree(base)
 
 
-@pytest.fixture
-def embedded_base() -> Iterator[Path]:
-    """A scratch directory that the server's user can enter, removed with its clusters."""
-    with _scratch_base() as base:
-        yield base
-
-
-@pytest.fixture(scope="session")
-def embedded_template() -> Iterator[Path]:
-    with _scratch_base() as base:
-        template = base / "template"
-        cluster = EmbeddedPostgres(template)
-        cluster.acquire()
-        cluster.release()
-        yield template
-
-
-@pytest.fixture
-def initialized_data_dir(embedded_template: Path, embedded_base: Path) -> Path:
-    """A data dir whose cluster exists (a copy of one made by ragline) and is stopped.
-
-    Tests that are not about initdb start from it: initdb costs about 1 s, a copy 0.1 s.
-    """
-    data_dir = embedded_base / "data"
-    data_dir.mkdir()
-    # cp -a keeps the pg/ tree's owner (user postgres when run as root) and modes.
-    subprocess.run(["cp", "-a", str(embedded_template / "pg"), str(data_dir)], check=True)
-    return data_dir
-
-
-@pytest.fixture
-def spawn_child() -> Iterator[Callable[..., Child]]:
-    """Start second processes on a data dir; any still alive are killed at teardown."""
-    children: list[Child] = []
-
-    def spawn(
-        data_dir: Path, *, wait: bool = True, python: UnprivilegedPython | None = None
-    ) -> Child:
-        children.append(Child(data_dir, wait=wait, python=python))
-        return children[-1]
-
-    yield spawn
-    for child in children:
-        child.close()
-
-
-@pytest.fixture
-def throwaway_user_name() -> Iterator[str]:
-    """A user name that does not exist; the user and its group are deleted at teardown."""
-    name = f"rgl-test-{secrets.token_hex(4)}"
-    yield name
-    if user_exists(name):
-        subprocess.run(["userdel", name], check=True, capture_output=True, timeout=60)
-    with contextlib.suppress(KeyError):
-        grp.getgrnam(name)
-        subprocess.run(["groupdel", name], check=True, capture_output=True, timeout=60)
-
-
 class LockedPgserver(msgspec.Struct, frozen=True):
     """A copy of the pgserver package that only root can reach, and where ragline copies it."""
 
@@ -309,27 +239,6 @@ class LockedPgserver(msgspec.Struct, frozen=True):
     site_packages: Path
     #: The copy under /var/tmp that the README says ragline makes and runs.
     copy: Path
-
-
-@pytest.fixture
-def locked_pgserver(embedded_base: Path) -> Iterator[LockedPgserver]:
-    """pgserver installed under a mode-0700 directory, like a venv under /root.
-
-    The reachable copy ragline makes of it under /var/tmp is removed at teardown.
-    """
-    site = embedded_base / "root" / "venv" / "site-packages"
-    site.mkdir(parents=True)
-    site.parent.parent.chmod(0o700)
-    distribution = importlib.metadata.distribution("pgserver")
-    installed = Path(str(distribution.locate_file("")))
-    for name in ("pgserver", "pgserver.libs", f"pgserver-{distribution.version}.dist-info"):
-        if (installed / name).exists():
-            subprocess.run(["cp", "-a", str(installed / name), str(site)], check=True)
-    digest = hashlib.sha256(os.fsencode(os.path.realpath(site / "pgserver"))).hexdigest()[:16]
-    copy = Path("/var/tmp") / f"ragline-pginstall-{distribution.version}-{digest}"
-    yield LockedPgserver(site, copy)
-    shutil.rmtree(copy, ignore_errors=True)
-    copy.with_name(f"{copy.name}.lock").unlink(missing_ok=True)
 
 
 def pginstall_leftovers(copy: Path) -> list[Path]:

@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import asyncpg
 
-from runtime.worker import CHANNEL
+from runtime.listener import CHANNEL
 
 
 class Heard:

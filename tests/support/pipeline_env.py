@@ -24,26 +24,26 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
 import asyncpg
 import pymupdf
-import pytest
 import qdrant_edge as qe
 
+from bench.harness.fake_cohere import FakeCohere
 from runtime.documents import DocumentRepository, Submitted
 from runtime.models import Document, JobRow, NewJob
 from runtime.repository import JobRepository
-from runtime.worker import Worker, WorkerConfig
+from runtime.worker import Worker
+from runtime.worker_config import WorkerConfig
 from stages import store
 from stages.pipeline import STAGES, pipeline_for
 from stages.services import Services
 from stages.submit import submit
 from stages.vector_index import PointRef, point_id
-from tests.support.fake_cohere import FakeCohere
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES_DIR = REPO / "samples"
@@ -57,19 +57,6 @@ SAMPLES: dict[str, tuple[str, str]] = {
 FAKE_DIMS = 64
 #: Jobs in flight per stage in test workers.
 TEST_CONCURRENCY = {"parse": 2, "chunk": 2, "vision": 1, "embed": 2, "index": 2}
-
-
-@pytest.fixture
-def anyio_backend() -> Any:
-    """Pipeline tests are slow: run them on one backend (uvloop) instead of two."""
-    return ("asyncio", {"use_uvloop": True})
-
-
-@pytest.fixture
-def fake_cohere() -> Iterator[TimedCohere]:
-    """A local Cohere-compatible server for this test."""
-    with TimedCohere(dims=FAKE_DIMS) as server:
-        yield server
 
 
 def sample(name: str) -> Path:

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 
 import msgspec
-import pytest
-from moto.server import ThreadedMotoServer
 
 
 class S3Server(msgspec.Struct, frozen=True):
@@ -16,18 +13,6 @@ class S3Server(msgspec.Struct, frozen=True):
     endpoint: str
     access_key: str = "testing"
     secret_key: str = "testing"
-
-
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
-    """A moto S3 server on an ephemeral loopback port, for the whole session."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield S3Server(endpoint=f"{host}:{port}")
-    finally:
-        server.stop()
 
 
 def closed_port() -> int:

@@ -7,8 +7,9 @@ import random
 import pytest
 
 import schema
+from bench.harness.pipelines import STAGES, ScriptedStage
 from runtime.backoff import Reconnect, retry_delay_s
-from runtime.cli import parse_concurrency, parse_stages
+from runtime.cli_options import parse_concurrency, parse_stages
 from runtime.errors import (
     ConfigurationError,
     InvalidDocument,
@@ -17,9 +18,9 @@ from runtime.errors import (
     TransientError,
     one_line,
 )
+from runtime.outcome import failure_of
 from runtime.stage import Pipeline
-from runtime.worker import WorkerConfig, failure_of
-from tests.support.pipelines import STAGES, ScriptedStage
+from runtime.worker_config import WorkerConfig
 
 
 def test_backoff_bounds_and_jitter() -> None:

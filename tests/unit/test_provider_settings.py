@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import pytest
 
-from runtime.cli import parse_duration_s
+from runtime.cli_options import parse_duration_s
 from runtime.errors import ConfigurationError
 from runtime.providers import CircuitConfig, ProviderSpec, short_reason
 

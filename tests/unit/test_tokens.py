@@ -13,20 +13,22 @@ import string
 import pytest
 import tokenizers
 
+from bench.harness.corpus import CORPUS_DIR
 from runtime.errors import ConfigurationError
 from stages.chunking import Chunk, ChunkConfig, ChunkSizes, chunk_pages
 from stages.pdf import iter_pages, open_pdf
-from stages.services import PipelineSettings
+from stages.settings import PipelineSettings
 from stages.tokens import (
     MINILM_MAX_TOKENS,
     MINILM_TOKENIZER,
     CharCounter,
+    TokenCounter,
     TokenizerCounter,
     Utf8Counter,
     local_counter,
-    token_counter_from_env,
+    token_counter_for,
 )
-from tests.support.corpus import CORPUS_DIR, corpus_pdfs
+from tests.support.corpus import corpus_pdfs
 
 #: Corpus pages by script: (file, first page, last page), 1-based, inclusive.
 CORPUS_PAGES = {
@@ -182,6 +184,11 @@ def test_utf8_counter_is_exact_over_any_span() -> None:
     for start in range(len(text)):
         for end in range(start, len(text) + 1):
             assert int(prefix[end] - prefix[start]) == len(text[start:end].encode())
+
+
+def token_counter_from_env(env: dict[str, str]) -> TokenCounter:
+    embed = PipelineSettings.from_env(env).embed
+    return token_counter_for(embed.kind, embed.model)
 
 
 def test_the_counter_follows_the_configured_embedder() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.cli import Cli, Running
+from bench.harness.cli import Cli, Running
 
 #: Seconds a fresh server may take to import, migrate and listen (a busy 2-core machine).
 START_TIMEOUT_S = 60.0

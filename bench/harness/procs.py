@@ -11,10 +11,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-TEST_PIPELINE = "tests.support.pipelines:plugin"
+TEST_PIPELINE = "bench.harness.pipelines:plugin"
 
 
 class WorkerProcess:
+    """``python -m runtime *args`` with its output in ``log``."""
+
     def __init__(self, args: Sequence[str], env: dict[str, str], log: Path) -> None:
         self.log = log
         self._out = log.open("wb")
@@ -60,8 +62,12 @@ def worker_env(dsn: str, **extra: str) -> dict[str, str]:
     return env
 
 
+#: Starts a worker process: ``start(dsn, *args, **env)``.
+StartWorker = Callable[..., WorkerProcess]
+
+
 @contextmanager
-def workers(tmp: Path) -> Iterator[Callable[..., WorkerProcess]]:
+def workers(tmp: Path) -> Iterator[StartWorker]:
     """A factory of worker processes, all killed at the end."""
     started: list[WorkerProcess] = []
 

@@ -3,7 +3,7 @@
 Each stage's output is written to ``test_effects`` inside the completion transaction, so a
 test can count how many times a stage's effect was committed per document. Behaviour comes
 from the constructor (in-process tests) or from ``RAGLINE_TEST_*`` variables (subprocess
-workers started with ``--pipeline tests.support.pipelines:plugin``):
+workers started with ``--pipeline bench.harness.pipelines:plugin``):
 
 - ``RAGLINE_TEST_SLEEP="chunk=30,embed=0.5"``: seconds a stage's process() takes;
 - ``RAGLINE_TEST_FAIL="chunk=permanent"`` (or ``transient``, ``ratelimit:2``): raise;

@@ -1,5 +1,5 @@
 """A fleet of worker processes calling one Cohere-compatible server through the engine's
-provider gate (``tests.support.pipelines:provider_plugin``: one embed call per job), for
+provider gate (``bench.harness.pipelines:provider_plugin``: one embed call per job), for
 the shared-budget test and ``bench/provider.py``."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from pathlib import Path
 import asyncpg
 import msgspec
 
+from bench.harness.fake_cohere import Stats
+from bench.harness.procs import WorkerProcess, worker_env
 from runtime.documents import DocumentRepository
 from runtime.models import NewDocument
-from tests.support.fake_cohere import Stats
-from tests.support.procs import WorkerProcess, worker_env
 
-PROVIDER_PIPELINE = "tests.support.pipelines:provider_plugin"
+PROVIDER_PIPELINE = "bench.harness.pipelines:provider_plugin"
 
 
 class FleetRun(msgspec.Struct, frozen=True, kw_only=True):
