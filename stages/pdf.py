@@ -54,6 +54,11 @@ _MAGIC_WINDOW = 1024
 # MuPDF's own exceptions (pymupdf.mupdf.FzErrorBase) do not derive from RuntimeError.
 _MUPDF_ERRORS = (RuntimeError, ValueError, pymupdf.mupdf.FzErrorBase)
 _TEXT_FLAGS = pymupdf.TEXTFLAGS_TEXT & ~pymupdf.TEXT_PRESERVE_LIGATURES
+
+# MuPDF prints its errors to stdout ("MuPDF error: format error: ..."), into the CLI's
+# output; ragline reports them itself, one line naming the file. (pymupdf4llm's import
+# used to switch this off as a side effect; it is kept out of the process now.)
+pymupdf.TOOLS.mupdf_display_errors(False)
 _MEDIA_TYPES = {"png": "image/png", "jpeg": "image/jpeg"}
 
 
