@@ -334,8 +334,9 @@ async def pipeline_summary(conn: asyncpg.Connection[Any]) -> tuple[float, int]:
     return float(span), pages
 
 
-async def ragline_run(dsn: str, data_dir: Path, files: Sequence[Path]) -> tuple[float, int]:
-    """Two worker processes over all stages; returns (span seconds, pages)."""
+async def ragline_run(dsn: str, data_dir: Path, files: Sequence[Path]) -> tuple[float, int, float]:
+    """Two worker processes over all stages; returns (span seconds, pages, CPU seconds of
+    both processes)."""
     await submit_all(dsn, DirStore(data_dir / "assets"), files)
     cmd = worker_command(dsn, data_dir)
     measured = await anyio.to_thread.run_sync(
@@ -353,7 +354,7 @@ async def ragline_run(dsn: str, data_dir: Path, files: Sequence[Path]) -> tuple[
         span_s, pages = await pipeline_summary(conn)
         times = await stage_times(conn)
     print_stage_times(times, span_s)
-    return span_s, pages
+    return span_s, pages, sum(m.cpu_s for m in measured)
 
 
 def end_to_end_heading(files: Sequence[Path], repeat: int) -> None:
@@ -371,7 +372,7 @@ async def section_end_to_end(
 ) -> tuple[RawRun, float]:
     """One ragline run then one raw run; returns the raw run and the pages/s ratio."""
     print(f"before ragline: {load_note()}")
-    span_s, pages = await ragline_run(dsn, data_dir, files)
+    span_s, pages, cpu_s = await ragline_run(dsn, data_dir, files)
     print(f"after ragline / before raw: {load_note()}")
     args = [str(RAW_PROCESSES), *map(str, files)]
     raw, measured = await anyio.to_thread.run_sync(
@@ -391,6 +392,12 @@ async def section_end_to_end(
     row("raw PyMuPDF (2 procs)", raw.pages, f"{raw.seconds:.1f}", f"{theirs:.1f}", widths=widths)
     ratio = ours / theirs
     print(f"ratio ragline / raw: {ratio:.2f}")
+    # CPU is steadier than wall time on a shared machine (PostgreSQL's own CPU not counted).
+    print(
+        f"CPU per page (start-up included): ragline workers {cpu_s / pages * 1e3:.2f} ms, "
+        f"raw PyMuPDF {measured.cpu_s / max(raw.pages, 1) * 1e3:.2f} ms; "
+        f"raw / ragline {measured.cpu_s / max(raw.pages, 1) / (cpu_s / pages):.2f}"
+    )
     return raw, ratio
 
 
@@ -404,6 +411,9 @@ async def index_cpu_per_point(dsn: str, data_dir: Path) -> None:
     async with pool_of(dsn, 2) as pool:
         ids = [r["id"] for r in await pool.fetch(READY_SQL)]
         points = int(await pool.fetchval(CHUNKS_SQL))
+    if not ids or not points:
+        print(f"index stage alone: nothing to index ({len(ids)} documents ready)")
+        return
     cmd = worker_command(dsn, data_dir, "--stages", "index", "--concurrency", "2")
     log = data_dir / "index-only.log"
     [idle] = await anyio.to_thread.run_sync(run_children, [cmd], log)

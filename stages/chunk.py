@@ -18,6 +18,7 @@ from prometheus_client import Counter, Histogram
 from runtime.api import DbConn, Job, JobContext, MissingInput
 from stages import store
 from stages.chunking import chunk_pages
+from stages.heap import release_free_heap
 from stages.services import Services
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class ChunkStage:
 
     def __init__(self, services: Services) -> None:
         self.services = services
+        self._cpu: anyio.CapacityLimiter | None = None
 
     async def process(self, ctx: JobContext) -> list[store.NewChunk]:
         pages = await store.pages(ctx.pool, ctx.job.document_id)
@@ -58,9 +60,16 @@ class ChunkStage:
             raise MissingInput(f"{ctx.job.filename}: no parsed pages; run parse first")
         config = self.services.settings.chunk
         counter = self.services.token_counter
+        # One document at a time in this process: the chunker is Python and holds the GIL,
+        # so a second thread adds no speed, only a second long document's arrays at once
+        # (the worker's peak RSS).
+        if self._cpu is None:
+            self._cpu = anyio.CapacityLimiter(1)
         chunks = await anyio.to_thread.run_sync(
-            lambda: chunk_pages([(p.page, p.text) for p in pages], config, counter)
+            lambda: chunk_pages([(p.page, p.text) for p in pages], config, counter),
+            limiter=self._cpu,
         )
+        release_free_heap()  # the chunker's arrays of a long document
         window = counter.window
         sections = {p.page: p.section for p in pages if p.section}
         out = [

@@ -228,7 +228,8 @@ def _atoms(joined: _Text, sizes: ChunkSizes) -> list[_Atom]:
     atoms: list[_Atom] = []
     for start, end in _stripped_spans(text, 0, len(text)):
         if joined.size(start, end) <= limit:
-            atoms.append(_Atom(start, end, is_heading(text[start:end])))
+            heading = text.count("\n", start, end) <= 1 and is_heading(text[start:end])
+            atoms.append(_Atom(start, end, heading))  # 3+ lines: never a heading, no slice
             continue
         atoms.extend(_Atom(s, e, False) for s, e in _split_span(joined, start, end, limit, 0))
     return atoms
@@ -241,9 +242,8 @@ _CUTS = (re.compile(r"\n\s*"), re.compile(r"(?<=[.!?;:])\s+"), re.compile(r"\s+"
 def _split_span(
     joined: _Text, start: int, end: int, limit: int, level: int
 ) -> list[tuple[int, int]]:
-    """Pieces of ``text[start:end]`` of at most ``limit`` tokens, cut at line ends first,
-    then sentence ends, then between words, then (a word longer than ``limit``) anywhere,
-    sized from the prefix array where it is exact."""
+    """Pieces of ``text[start:end]`` of at most ``limit`` tokens, cut at line, then
+    sentence, then word ends, then anywhere; sized from the prefix where it is exact."""
     if joined.size(start, end) <= limit and joined.exact(start, end):
         return [(start, end)]
     text = joined.text

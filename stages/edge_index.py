@@ -9,11 +9,12 @@ seconds per 50k points on 2 cores and would hold the lock that long).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -22,6 +23,7 @@ import qdrant_edge as qe
 
 from runtime.api import MissingInput, PermanentError, TransientError, one_line
 from stages.edge_session import EdgeIndexConfig, Session, Sessions, ensure_shard
+from stages.points import edge_points, payload_of
 from stages.vector_index import (
     COLLECTION_FIELD,
     DOCUMENT_FIELD,
@@ -120,7 +122,7 @@ class EdgeIndex:
             if points or session.get() is not None:
                 # Built in the thread: converting payloads into qdrant-edge's points is the
                 # index stage's largest CPU cost, and would otherwise hold the event loop.
-                session.write(collection, [*self._upserts(points), stale])
+                session.write(collection, itertools.chain(self._upserts(points), [stale]))
 
         await self._run(collection, "replace_document", run)
 
@@ -161,7 +163,7 @@ class EdgeIndex:
 
         def run(session: Session) -> list[Hit]:
             return [
-                Hit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=dict(p.payload or {}))
+                Hit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=payload_of(p.payload))
                 for p in session.require(collection).search(request)
             ]
 
@@ -199,11 +201,10 @@ class EdgeIndex:
         for collection in self._sessions.open_collections():
             await anyio.to_thread.run_sync(self._sessions.close_now, collection)
 
-    def _upserts(self, points: Sequence[Point]) -> list[qe.UpdateOperation]:
-        return [
-            qe.UpdateOperation.upsert_points([qe.Point(p.id, p.vector, p.payload) for p in batch])
-            for batch in batches(points, self.config.batch_size)
-        ]
+    def _upserts(self, points: Sequence[Point]) -> Iterator[qe.UpdateOperation]:
+        # One batch's qdrant-edge points at a time, not a whole document's (memory).
+        for batch in batches(points, self.config.batch_size):
+            yield qe.UpdateOperation.upsert_points(edge_points(batch))
 
     async def _delete(self, collection: str, query: qe.Filter) -> None:
         operation = qe.UpdateOperation.delete_points_by_filter(query)

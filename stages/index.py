@@ -16,6 +16,7 @@ import msgspec
 from runtime.api import DbConn, Job, JobContext, MissingInput
 from stages import model_switch, store
 from stages.collections import DEFAULT_COLLECTION, document_collection
+from stages.heap import release_free_heap
 from stages.services import Services
 from stages.sources import retire_superseded
 from stages.vector_index import (
@@ -70,8 +71,10 @@ class IndexStage:
         # The older versions' points are gone now: their stored objects go too (sync).
         await retire_superseded(ctx.pool, self.services.assets, job.document_id, job.generation)
         written = Written(collections=[live.collection], points=len(points))
+        del rows, points
         if where.building is not None:
             written = await self._also_target(ctx, where.building, tenant, written)
+        release_free_heap()  # a long document's rows and points
         return written
 
     async def _also_target(

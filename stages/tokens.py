@@ -25,6 +25,7 @@ from __future__ import annotations
 import array
 import bisect
 import itertools
+import operator
 import re
 import threading
 from collections.abc import Sequence
@@ -205,6 +206,7 @@ _GLUE = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
 _SPACES = frozenset(
     "\t\n\r \xa0\u1680\u2028\u2029\u202f\u205f\u3000" + "".join(map(chr, range(0x2000, 0x200B)))
 )
+_NONE = itertools.repeat(None)
 _SPACE_TABLE = np.zeros(0x3001, dtype=bool)
 _SPACE_TABLE[[ord(c) for c in _SPACES]] = True
 
@@ -289,22 +291,26 @@ class TokenizerCounter:
 
     def _word_counts(self, words: list[str]) -> list[int]:
         with self._lock:
-            return self._word_counts_locked(words)
+            # Every None was filled in.
+            return cast("list[int]", self._word_counts_locked(words))
 
-    def _word_counts_locked(self, words: list[str]) -> list[int]:
+    def _word_counts_locked(self, words: list[str]) -> list[int | None]:
         cache = self._cache
         found = list(map(cache.get, words))
         if None not in found:
-            return cast("list[int]", found)
-        missing = {w for w, n in zip(words, found, strict=True) if n is None}
-        counted = self._count_words(list(missing))
+            return found
+        # Positions of the misses, found at C speed (most of a page's words are hits).
+        misses = list(itertools.compress(range(len(found)), map(operator.is_, found, _NONE)))
+        counted = self._count_words(list({words[i] for i in misses}))
         excess = len(cache) + len(counted) - self._cache_words
         if excess > 0:
             # The oldest quarter (dicts keep insertion order) plus room for these words.
             for word in list(itertools.islice(cache, excess + self._cache_words // 4)):
                 del cache[word]
         cache.update(counted)
-        return [counted[w] if n is None else n for w, n in zip(words, found, strict=True)]
+        for i in misses:
+            found[i] = counted[words[i]]
+        return found
 
     def _count_words(self, words: list[str]) -> dict[str, int]:
         """Tokens of each word: plain ASCII words by :class:`AsciiWordPiece`, the rest

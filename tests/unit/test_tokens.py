@@ -246,3 +246,20 @@ def test_ascii_words_counted_in_python_equal_the_tokenizer() -> None:
     words |= {"x" * 101, "a" * 100, "unaffable", "[SEP]", "a[UNK]b", "tab\x01bed", "naïve"}
     listed = sorted(words)
     assert counter._count_words(listed) == counter._tokenize_words(listed)
+
+
+def test_words_with_unicode_punctuation_and_cjk_counted_in_python_equal_the_tokenizer() -> None:
+    """Unicode punctuation and CJK ideographs are one token each; other non-ASCII letters
+    and symbols (accents, kana, math) still go to the tokenizer, and the sum is exact."""
+    counter = TokenizerCounter(MINILM_TOKENIZER, MINILM_MAX_TOKENS, "test")
+    rng = random.Random(12)
+    special = "’‘“”—–…•·⟨⟩«»、。「」（）！？；¿¡§¶†‡" + "日本語中文漢字龍" + "\uf900\U00020000"
+    others = "éößıİçñжЯβ−→∑のカ한" + "\U0002b820\U0002b91f"
+    alphabet = string.ascii_letters + string.digits + string.punctuation + special * 3 + others
+    words = {"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 25))) for _ in range(5000)}
+    words |= {"‘[SEP]’", "⟨[UNK]⟩", "x’" * 60, "。" * 120}
+    listed = sorted(words)
+    assert counter._count_words(listed) == counter._tokenize_words(listed)
+    ascii_path = counter._ascii
+    assert ascii_path is not None
+    assert sum(ascii_path.count(w) is not None for w in listed) > len(listed) // 10

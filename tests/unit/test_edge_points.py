@@ -1,0 +1,45 @@
+"""The embedded index's packed payloads: three fields in the shard, the whole payload back."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import qdrant_edge as qe
+
+from stages.points import BODY_FIELD, edge_points, payload_of
+from stages.vector_index import Point
+
+
+def _shard(path: Path) -> qe.EdgeShard:
+    vectors = qe.EdgeVectorParams(size=2, distance=qe.Distance.Cosine, memory=qe.Memory.Cold)
+    return qe.EdgeShard.create(str(path), qe.EdgeConfig(vectors=vectors))
+
+
+def test_payload_is_stored_in_three_fields_and_read_back_whole(tmp_path: Path) -> None:
+    doc = uuid.uuid4()
+    payload = {
+        "document_id": str(doc),
+        "generation": 7,
+        "ordinal": 3,
+        "text": 'Ünïcode — 漢字 "quoted"\n',
+        "page_start": 2,
+        "page_end": 3,
+        "filename": "a b.pdf",
+    }
+    point = Point(id=uuid.uuid4(), vector=[1.0, 0.0], payload=payload)
+    shard = _shard(tmp_path / "s")
+    try:
+        shard.update(qe.UpdateOperation.upsert_points(edge_points([point])))
+        [stored] = shard.retrieve([point.id], with_payload=True, with_vector=False)
+    finally:
+        shard.close()
+    assert set(stored.payload or {}) == {"document_id", "generation", BODY_FIELD}
+    assert (stored.payload or {})["generation"] == 7  # filters still see plain fields
+    assert payload_of(stored.payload) == payload
+
+
+def test_a_payload_written_before_packing_is_returned_as_it_is() -> None:
+    old = {"document_id": "d", "generation": 1, "text": "t"}
+    assert payload_of(old) == old
+    assert payload_of(None) == {}
