@@ -87,10 +87,6 @@ class DatabaseUnavailable(RaglineError, ConnectionError):
     """The database cannot be reached."""
 
 
-class NotBuilt(RaglineError, NotImplementedError):
-    """This feature is not built yet."""
-
-
 def one_line(text: str, limit: int = 500) -> str:
     """Collapse ``text`` to a single line of at most ``limit`` characters."""
     flat = " ".join(text.split())
