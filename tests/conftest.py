@@ -12,6 +12,7 @@ import pytest
 from bench.harness.db import Databases, server_dsn
 from bench.harness.procs import StartWorker, workers
 from tests.support.embedded_helpers import scratch_base
+from tests.support.s3 import S3Server
 
 UVLOOP = ("asyncio", {"use_uvloop": True})
 ASYNCIO: tuple[str, dict[str, Any]] = ("asyncio", {})
@@ -69,3 +70,17 @@ def start_worker(tmp_path: Path) -> Iterator[StartWorker]:
     """Starts worker processes (``start_worker(dsn, *args, **env)``); all stopped at teardown."""
     with workers(tmp_path) as start:
         yield start
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """A moto S3 server on an ephemeral loopback port, shared by the session."""
+    from moto.server import ThreadedMotoServer  # heavy: only for tests that use S3
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield S3Server(endpoint=f"{host}:{port}")
+    finally:
+        server.stop()

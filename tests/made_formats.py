@@ -51,6 +51,23 @@ PICTURE_WORDS: dict[str, tuple[str, ...]] = {
     "cbz": ("COMIC PANEL", "SPACESHIP LANDING"),
 }
 
+#: The format name detection gives each made file, by its suffix.
+FORMAT_NAMES = {
+    "xps": "XPS",
+    "epub": "EPUB",
+    "mobi": "MOBI",
+    "fb2": "FB2",
+    "cbz": "CBZ",
+    "svg": "SVG",
+    "png": "PNG",
+    "jpeg": "JPEG",
+    "tiff": "TIFF",
+    "md": "Markdown",
+    "txt": "text",
+    "html": "HTML",
+    "docx": "DOCX",
+}
+
 
 def picture_png(words: str, *, width: int = 520, height: int = 110) -> bytes:
     """PNG of ``words`` in large dark type (PyMuPDF renders a page)."""

@@ -128,20 +128,6 @@ def jobs_of(dsn: str, doc_id: str) -> int:
     )
 
 
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[S3Server]:
-    """A moto S3 server on an ephemeral loopback port."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield S3Server(endpoint=f"{host}:{port}")
-    finally:
-        server.stop()
-
-
 @pytest.fixture
 def cohere() -> Iterator[FakeCohere]:
     with FakeCohere(dims=FAKE_DIMS) as server:

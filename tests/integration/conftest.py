@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from moto.server import ThreadedMotoServer
 
 from runtime.embedded import EmbeddedPostgres
 from tests.support.embedded_helpers import (
@@ -26,7 +25,6 @@ from tests.support.embedded_helpers import (
     user_exists,
 )
 from tests.support.pipeline_env import FAKE_DIMS, TimedCohere
-from tests.support.s3 import S3Server
 
 
 @pytest.fixture
@@ -34,18 +32,6 @@ def fake_cohere() -> Iterator[TimedCohere]:
     """A local Cohere-compatible server for this test."""
     with TimedCohere(dims=FAKE_DIMS) as server:
         yield server
-
-
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
-    """A moto S3 server on an ephemeral loopback port, for the whole session."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield S3Server(endpoint=f"{host}:{port}")
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -12,27 +12,11 @@ import pytest
 from runtime.errors import InvalidDocument
 from runtime.models import DocumentStatus
 from stages.formats import by_media_type
-from tests.made_formats import MAKERS, PICTURE_WORDS, TOPICS, damaged, make_all
+from tests.made_formats import FORMAT_NAMES, MAKERS, PICTURE_WORDS, TOPICS, damaged, make_all
 from tests.support.pipeline_env import TimedCohere, cohere_env, pipeline_env
 
 pytestmark = pytest.mark.anyio
 
-#: Format name stored for each made file.
-FORMAT_OF = {
-    "xps": "XPS",
-    "epub": "EPUB",
-    "mobi": "MOBI",
-    "fb2": "FB2",
-    "cbz": "CBZ",
-    "svg": "SVG",
-    "png": "PNG",
-    "jpeg": "JPEG",
-    "tiff": "TIFF",
-    "md": "Markdown",
-    "txt": "text",
-    "html": "HTML",
-    "docx": "DOCX",
-}
 #: The section search shows with the topic's chunk (None: the format has pages and no
 #: table of contents).
 SECTION_OF = {
@@ -58,7 +42,7 @@ async def test_every_format_is_ingested_end_to_end_with_ocr(dsn: str, tmp_path: 
             doc = await env.doc(doc_id)
             assert doc.status == DocumentStatus.READY, (suffix, doc.error)
             fmt = by_media_type(doc.media_type)
-            assert fmt is not None and fmt.name == FORMAT_OF[suffix]
+            assert fmt is not None and fmt.name == FORMAT_NAMES[suffix]
             assert await env.assert_indexed(doc_id) >= 1, suffix
         for suffix, (_, body) in TOPICS.items():
             chunks = await env.chunks(ids[suffix])

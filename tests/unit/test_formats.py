@@ -16,33 +16,17 @@ from stages.formats.html import decode_html, html_sections
 from stages.formats.mupdf import BATCH_PAGES
 from stages.formats.read import read_units
 from stages.formats.text import TEXT_SECTION_CHARS, decode_text, markdown_sections, text_sections
-from tests.made_formats import MAKERS, damaged, make_epub
-
-NAMES = {
-    "xps": "XPS",
-    "epub": "EPUB",
-    "mobi": "MOBI",
-    "fb2": "FB2",
-    "cbz": "CBZ",
-    "svg": "SVG",
-    "png": "PNG",
-    "jpeg": "JPEG",
-    "tiff": "TIFF",
-    "md": "Markdown",
-    "txt": "text",
-    "html": "HTML",
-    "docx": "DOCX",
-}
+from tests.made_formats import FORMAT_NAMES, MAKERS, damaged, make_epub
 
 
 @pytest.mark.parametrize("suffix", list(MAKERS))
 def test_each_format_is_detected_from_its_content(suffix: str, tmp_path: Path) -> None:
     path = MAKERS[suffix](tmp_path / f"x.{suffix}")
-    assert detect(path, path.name).name == NAMES[suffix]
+    assert detect(path, path.name).name == FORMAT_NAMES[suffix]
     # The content decides, not the name (Markdown and text look alike: the suffix picks).
     if suffix not in ("md", "txt"):
         renamed = path.rename(tmp_path / "no-suffix")
-        assert detect(renamed, "no-suffix").name == NAMES[suffix]
+        assert detect(renamed, "no-suffix").name == FORMAT_NAMES[suffix]
 
 
 @pytest.mark.parametrize("suffix", list(MAKERS))
@@ -51,7 +35,7 @@ def test_a_damaged_file_is_still_detected_as_its_format(suffix: str, tmp_path: P
     path = MAKERS[suffix](tmp_path / f"x.{suffix}")
     bad = tmp_path / f"bad.{suffix}"
     bad.write_bytes(damaged(path, suffix))
-    assert detect(bad, bad.name).name == NAMES[suffix]
+    assert detect(bad, bad.name).name == FORMAT_NAMES[suffix]
 
 
 def test_a_truncated_epub_is_known_by_its_first_member_whatever_its_name(
