@@ -53,7 +53,7 @@ class Completer:
         own_free: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self.repo = repo
-        #: The worker's free slots per stage at flush time (see JobRepository.settle).
+        #: The worker's free slots per stage at flush time (see Settlement.own_free).
         self.own_free = own_free
         self.worker_id = worker_id
         self.lease_s = lease_s

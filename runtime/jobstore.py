@@ -31,6 +31,21 @@ class Claim(msgspec.Struct, frozen=True):
     limits: Mapping[str, int]
 
 
+class Settlement(msgspec.Struct, frozen=True, kw_only=True):
+    """One :meth:`JobStore.settle` call, as the implementations' :meth:`JobStore.apply`
+    takes it."""
+
+    jobs: Sequence[tuple[Job, str | None]]
+    claim: Claim | None = None
+    #: Runs in the same transaction once the (one) job is known to hold its lease; if it
+    #: raises, nothing of the settlement is committed.
+    write: Writer | None = None
+    now: datetime | None = None
+    #: The caller's free slots per stage it runs: it claims that many of the next stages'
+    #: new jobs itself, so only jobs beyond them NOTIFY other workers.
+    own_free: Mapping[str, int] = msgspec.field(default_factory=dict)
+
+
 class Settled(msgspec.Struct):
     """What a :meth:`JobStore.settle` did: ids completed, jobs leased."""
 
@@ -114,7 +129,16 @@ class JobStore(Protocol):
         own_free: Mapping[str, int] | None = None,
     ) -> Settled:
         """Complete held ``jobs`` (enqueueing each one's next stage) and lease new ones
-        in one commit; a retry after a lost reply finds its jobs held again."""
+        in one commit; a retry after a lost reply finds its jobs held again (both
+        implementations inherit this; ``write`` completes exactly one job)."""
+        if write is not None and len(jobs) != 1:
+            raise ValueError("a writer completes exactly one job")
+        return await self.apply(
+            Settlement(jobs=jobs, claim=claim, write=write, now=now, own_free=own_free or {})
+        )
+
+    async def apply(self, settlement: Settlement) -> Settled:
+        """What :meth:`settle` does, its arguments checked."""
         ...
 
     async def checkpoint(self, job: Job, write: Writer) -> bool:

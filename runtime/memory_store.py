@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from runtime.clock import Clock
-from runtime.jobstore import PEERS_SEEN_WITHIN_S, Claim, Deferral, JobStore, Rescued, Settled
+from runtime.jobstore import PEERS_SEEN_WITHIN_S, Deferral, JobStore, Rescued, Settled, Settlement
 from runtime.models import Failure, Job, JobRow, JobState, NewJob
 from runtime.stage import DbConn, Writer
 
@@ -217,21 +217,12 @@ class MemoryStore(MemoryTables, JobStore):
                 ids.add(job_id)
         return ids
 
-    async def settle(
-        self,
-        jobs: Sequence[tuple[Job, str | None]],
-        claim: Claim | None = None,
-        write: Writer | None = None,
-        now: datetime | None = None,
-        *,
-        own_free: Mapping[str, int] | None = None,
-    ) -> Settled:
-        if write is not None and len(jobs) != 1:
-            raise ValueError("a writer completes exactly one job")
-        at = self._now(now)
+    async def apply(self, settlement: Settlement) -> Settled:
+        jobs, claim = settlement.jobs, settlement.claim
+        at = self._now(settlement.now)
         held = [(row, nxt) for job, nxt in jobs if (row := self._held(job)) is not None]
-        if write is not None and held:
-            await write(NO_CONNECTION)  # raises: nothing of this call happens
+        if settlement.write is not None and held:
+            await settlement.write(NO_CONNECTION)  # raises: nothing of this call happens
         settled = Settled()
         fresh: set[int] = set()
         for row, nxt in held:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypeAlias, TypeVar
 
@@ -18,7 +18,14 @@ import asyncpg
 import msgspec
 
 import schema
-from runtime.jobstore import PEERS_SEEN_WITHIN_S, Claim, Deferral, JobStore, Rescued, Settled
+from runtime.jobstore import (
+    PEERS_SEEN_WITHIN_S,
+    Deferral,
+    JobStore,
+    Rescued,
+    Settled,
+    Settlement,
+)
 from runtime.models import Failure, Job, JobRow, JobState, NewJob
 from runtime.stage import DbConn, Writer
 
@@ -112,35 +119,18 @@ class JobRepository(WorkerRegistry, JobStore):
         settled = await self.settle([(job, next_stage)], write=write, now=now)
         return job.id in settled.held
 
-    async def settle(
-        self,
-        jobs: Sequence[tuple[Job, str | None]],
-        claim: Claim | None = None,
-        write: Writer | None = None,
-        now: datetime | None = None,
-        *,
-        own_free: Mapping[str, int] | None = None,
-    ) -> Settled:
-        """Complete held ``jobs`` (each with its next stage) and lease new ones, in one
-        statement and one commit.
-
-        ``write`` (one job only) runs in the same transaction once the job is known to hold
-        its lease; if it raises, nothing of this call is committed. ``own_free``: the
-        caller's free slots per stage it runs; it claims that many of the next stages' new
-        jobs itself, so only jobs beyond them NOTIFY other workers.
-        """
-        if write is not None and len(jobs) != 1:
-            raise ValueError("a writer completes exactly one job")
-        args = _settle_args(jobs, claim, now, own_free or {})
-        if write is None:
+    async def apply(self, settlement: Settlement) -> Settled:
+        """Settle in one statement and one commit; ``write`` runs in its transaction."""
+        args = _settle_args(settlement)
+        if settlement.write is None:
             rows = await self.pool.fetch(*args)
             settled = _settled(rows)
         else:
             async with self.pool.acquire() as conn, conn.transaction():
                 settled = _settled(await conn.fetch(*args))
                 if settled.held:
-                    await write(conn)
-        missing = [job for job, _ in jobs if job.id not in settled.held]
+                    await settlement.write(conn)
+        missing = [job for job, _ in settlement.jobs if job.id not in settled.held]
         if missing:
             settled.held.update(await self._completed_earlier(missing))
         return settled
@@ -277,25 +267,20 @@ class JobRepository(WorkerRegistry, JobStore):
         return [(r["document_id"], r["stage"]) for r in rows]
 
 
-def _settle_args(
-    jobs: Sequence[tuple[Job, str | None]],
-    claim: Claim | None,
-    now: datetime | None,
-    own_free: Mapping[str, int],
-) -> tuple[Any, ...]:
-    limits = claim.limits if claim else {}
+def _settle_args(s: Settlement) -> tuple[Any, ...]:
+    limits = s.claim.limits if s.claim else {}
     return (
         Q["complete_and_claim"],
-        [j.id for j, _ in jobs],
-        [j.lease_token for j, _ in jobs],
-        [n for _, n in jobs],
-        now,
-        claim.worker_id if claim else "",
-        claim.lease_s if claim else 0.0,
+        [j.id for j, _ in s.jobs],
+        [j.lease_token for j, _ in s.jobs],
+        [n for _, n in s.jobs],
+        s.now,
+        s.claim.worker_id if s.claim else "",
+        s.claim.lease_s if s.claim else 0.0,
         list(limits),
         list(limits.values()),
-        list(own_free),
-        list(own_free.values()),
+        list(s.own_free),
+        list(s.own_free.values()),
     )
 
 
