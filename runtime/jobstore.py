@@ -15,7 +15,7 @@ from typing import Protocol
 
 import msgspec
 
-from runtime.models import Failure, Job, JobState
+from runtime.models import Failure, Job, JobState, fields_of
 from runtime.stage import Writer
 
 #: Workers heard from within this long count as serving their stages (conservative: a
@@ -69,18 +69,8 @@ class Rescued(msgspec.Struct, frozen=True, kw_only=True):
     def as_job(self, filename: str = "") -> Job:
         """The job as a stage's ``on_failed`` takes it (no lease: the sweep ended it)."""
         when = self.created_at or datetime.now(UTC)
-        return Job(
-            id=self.id,
-            document_id=self.document_id,
-            stage=self.stage,
-            generation=self.generation,
-            attempts=self.attempts,
-            max_attempts=self.max_attempts,
-            lease_token=uuid.UUID(int=0),
-            lease_expires_at=when,
-            created_at=when,
-            filename=filename,
-        )
+        lease = {"lease_token": uuid.UUID(int=0), "lease_expires_at": when, "created_at": when}
+        return Job(**fields_of(Job, msgspec.structs.asdict(self)) | lease, filename=filename)
 
 
 class Deferral(msgspec.Struct, frozen=True, kw_only=True):

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from runtime.clock import Clock
 from runtime.jobstore import PEERS_SEEN_WITHIN_S, Deferral, JobStore, Rescued, Settled, Settlement
-from runtime.models import Failure, Job, JobRow, JobState, NewJob
+from runtime.models import Failure, Job, JobRow, JobState, NewJob, fields_of
 from runtime.stage import DbConn, Writer
 
 #: Stands for PostgreSQL's '-infinity': a lease expired at once.
@@ -72,21 +72,10 @@ class _Row:
 
     def as_job(self) -> Job:
         assert self.lease_token is not None and self.lease_expires_at is not None
-        return Job(
-            id=self.id,
-            document_id=self.document_id,
-            stage=self.stage,
-            generation=self.generation,
-            attempts=self.attempts,
-            max_attempts=self.max_attempts,
-            lease_token=self.lease_token,
-            lease_expires_at=self.lease_expires_at,
-            created_at=self.created_at,
-        )
+        return Job(**fields_of(Job, vars(self)))
 
     def as_row(self) -> JobRow:
-        fields = {k: v for k, v in vars(self).items() if not k.startswith("transient_")}
-        return JobRow(**fields)
+        return JobRow(**fields_of(JobRow, vars(self)))
 
 
 def _defer_delay_s(how: Deferral, failures: int, jitter: float) -> float:

@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 import msgspec
+
+
+def fields_of(kind: type[msgspec.Struct], values: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of ``values`` that are fields of ``kind``: one row's struct built from
+    another's."""
+    return {k: v for k, v in values.items() if k in kind.__struct_fields__}
 
 
 class JobState(enum.StrEnum):

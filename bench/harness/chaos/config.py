@@ -43,11 +43,10 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: Generous: every SIGKILL or SIGSTOP costs the jobs in flight an attempt.
     max_attempts: int = 10
     dims: int = 64
-    error_rate: float = 0.2
-    rate_429: float = 0.1
-    slow_rate: float = 0.1
-    slow_s: float = 1.0
-    retry_after_s: float = 0.5
+    #: The fake Cohere server's random faults (drawn from ``seed``).
+    faults: FaultRates = FaultRates(
+        error_500=0.2, rate_429=0.1, slow=0.1, slow_s=1.0, retry_after_s=0.5
+    )
     #: "cohere" (chat against the fake server) or "none".
     vision: str = "cohere"
     drain_timeout_s: float = 120.0
@@ -67,14 +66,7 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
     seed: int = 7
 
     def fault_rates(self) -> FaultRates:
-        return FaultRates(
-            error_500=self.error_rate,
-            rate_429=self.rate_429,
-            slow=self.slow_rate,
-            slow_s=self.slow_s,
-            retry_after_s=self.retry_after_s,
-            seed=self.seed,
-        )
+        return msgspec.structs.replace(self.faults, seed=self.seed)
 
 
 class CountingCohere(FakeCohere):
