@@ -127,29 +127,30 @@ PIPELINE_SETTINGS: tuple[Setting, ...] = (
 # -- typed values --------------------------------------------------------------------------
 
 
-class EmbedSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """Which embedder, and the Cohere knobs (None: the adapter's default)."""
+class CohereKnobs(msgspec.Struct, frozen=True, kw_only=True):
+    """The Cohere knobs of a service (None: the adapter's default)."""
 
-    #: ``local`` or ``cohere``; unset, ``cohere`` when ``COHERE_API_KEY`` is set.
-    kind: str = "local"
     api_key: str | None = None
     base_url: str | None = None
     model: str | None = None
-    dimensions: int | None = None
     timeout_s: float | None = None
 
 
-class VisionSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """Which vision model, and the Cohere knobs (None: the adapter's default)."""
+class EmbedSettings(CohereKnobs, frozen=True, kw_only=True):
+    """Which embedder, and its Cohere knobs."""
+
+    #: ``local`` or ``cohere``; unset, ``cohere`` when ``COHERE_API_KEY`` is set.
+    kind: str = "local"
+    dimensions: int | None = None
+
+
+class VisionSettings(CohereKnobs, frozen=True, kw_only=True):
+    """Which vision model, and its Cohere knobs."""
 
     #: ``none``, ``ocr`` or ``cohere``; unset, ``cohere`` only when both
     #: ``RAGLINE_VISION_MODEL`` and ``COHERE_API_KEY`` are set (a chat call per image costs
     #: far more than embedding, so a key given for embeddings alone does not switch it on).
     kind: str = "ocr"
-    api_key: str | None = None
-    base_url: str | None = None
-    model: str | None = None
-    timeout_s: float | None = None
 
 
 class MinioConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -247,26 +248,28 @@ def _chunk(read: EnvReader) -> ChunkConfig:
 
 
 def _embed(read: EnvReader) -> EmbedSettings:
-    api_key = read.text("COHERE_API_KEY")
+    knobs = _cohere(read, "RAGLINE_EMBED_MODEL", "RAGLINE_EMBED_TIMEOUT_S")
     return EmbedSettings(
-        kind=read.choice("RAGLINE_EMBEDDER", "cohere" if api_key else "local"),
-        api_key=api_key,
-        base_url=read.text("COHERE_BASE_URL"),
-        model=read.text("RAGLINE_EMBED_MODEL"),
+        kind=read.choice("RAGLINE_EMBEDDER", "cohere" if knobs.api_key else "local"),
         dimensions=read.optional_integer("RAGLINE_EMBED_DIMENSIONS"),
-        timeout_s=_optional_number(read, "RAGLINE_EMBED_TIMEOUT_S"),
+        **msgspec.structs.asdict(knobs),
     )
 
 
 def _vision(read: EnvReader) -> VisionSettings:
-    api_key = read.text("COHERE_API_KEY")
-    model = read.text("RAGLINE_VISION_MODEL")
+    knobs = _cohere(read, "RAGLINE_VISION_MODEL", "RAGLINE_VISION_TIMEOUT_S")
     return VisionSettings(
-        kind=read.choice("RAGLINE_VISION", "cohere" if api_key and model else "ocr"),
-        api_key=api_key,
+        kind=read.choice("RAGLINE_VISION", "cohere" if knobs.api_key and knobs.model else "ocr"),
+        **msgspec.structs.asdict(knobs),
+    )
+
+
+def _cohere(read: EnvReader, model: str, timeout_s: str) -> CohereKnobs:
+    return CohereKnobs(
+        api_key=read.text("COHERE_API_KEY"),
         base_url=read.text("COHERE_BASE_URL"),
-        model=model,
-        timeout_s=_optional_number(read, "RAGLINE_VISION_TIMEOUT_S"),
+        model=read.text(model),
+        timeout_s=_optional_number(read, timeout_s),
     )
 
 
