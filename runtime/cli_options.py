@@ -7,7 +7,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
-import msgspec
 
 from runtime.errors import ConfigurationError
 from runtime.plugin import Plugin
@@ -18,36 +17,19 @@ from runtime.providers import (
     CircuitConfig,
 )
 from runtime.settings import ENGINE_SETTINGS, MAX_CONCURRENCY, duration_s
-from runtime.worker_config import (
-    DEFAULT_GRACE_S,
-    DEFAULT_LEASE_S,
-    DEFAULT_POLL_S,
-    DEFAULT_RETRY_FOR_S,
-    WorkerConfig,
-)
-
-DEFAULT_RETRY_BASE_S = 2.0
-DEFAULT_RESCUE_EVERY_S = 5.0
+from runtime.worker_config import WorkerConfig, WorkerKnobs
 
 
-class WorkerOptions(msgspec.Struct, frozen=True, kw_only=True):
+class WorkerOptions(WorkerKnobs, frozen=True, kw_only=True):
     """The worker flags as given (``--stages``, ``--lease``, ...); defaults are the flags'."""
 
     #: ``--stages`` as given: comma-separated names; None serves every stage.
     stages: str | None = None
     #: ``--concurrency`` as given: ``N`` or ``stage=N,...``; None: the pipeline's defaults.
     concurrency: str | None = None
-    lease_s: float = DEFAULT_LEASE_S
-    heartbeat_s: float = 0.0
-    poll_s: float = DEFAULT_POLL_S
-    grace_s: float = DEFAULT_GRACE_S
-    retry_base_s: float = DEFAULT_RETRY_BASE_S
-    retry_for_s: float = DEFAULT_RETRY_FOR_S
     circuit_failures: int = DEFAULT_CIRCUIT_FAILURES
     probe_s: float = DEFAULT_PROBE_S
     probe_max_s: float = DEFAULT_PROBE_MAX_S
-    rescue_every_s: float = DEFAULT_RESCUE_EVERY_S
-    exit_when_idle: bool = False
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
 
@@ -61,17 +43,10 @@ def worker_config(plugin: Plugin, options: WorkerOptions) -> WorkerConfig:
     """The worker's settings; raises :class:`ConfigurationError` on a bad combination."""
     stages = parse_stages(options.stages, plugin.stage_names)
     return WorkerConfig(
+        **{name: getattr(options, name) for name in WorkerKnobs.__struct_fields__},
         stages=stages,
         concurrency=parse_concurrency(options.concurrency, stages, plugin.default_concurrency),
-        lease_s=options.lease_s,
-        heartbeat_s=options.heartbeat_s,
-        poll_s=options.poll_s,
-        grace_s=options.grace_s,
-        retry_base_s=options.retry_base_s,
-        retry_for_s=options.retry_for_s,
         circuit=circuit_config(options),
-        rescue_every_s=options.rescue_every_s,
-        exit_when_idle=options.exit_when_idle,
         handle_signals=True,
         gauges_every_s=5.0 if options.metrics_port else 0.0,
     )
