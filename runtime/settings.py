@@ -92,7 +92,7 @@ class Setting(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def seconds(
-        cls, name: str, *, option: str, positive: bool = True, unit: str = "seconds"
+        cls, name: str, *, option: str | None = None, positive: bool = True, unit: str = "seconds"
     ) -> Setting:
         """A duration in seconds up to :data:`MAX_SECONDS`; ``positive=False`` admits 0."""
         return cls.number(

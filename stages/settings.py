@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from runtime.api import MAX_SECONDS, ConfigurationError, EnvReader, Setting
+from runtime.api import ConfigurationError, EnvReader, Setting
 from stages.chunking import MIN_CHUNK_TOKENS, ChunkConfig
 
 # The image defaults live here, not in stages.pdf, so that reading settings (the server
@@ -44,27 +44,13 @@ PIPELINE_SETTINGS: tuple[Setting, ...] = (
     Setting.choice("RAGLINE_EMBEDDER", ("local", "cohere")),
     Setting.text("RAGLINE_EMBED_MODEL", accepts="a Cohere embedding model name"),
     Setting.number("RAGLINE_EMBED_DIMENSIONS", int, minimum=1, maximum=65_536),
-    Setting.number(
-        "RAGLINE_EMBED_TIMEOUT_S",
-        float,
-        minimum=0,
-        exclusive=True,
-        maximum=MAX_SECONDS,
-        unit="seconds",
-    ),
+    Setting.seconds("RAGLINE_EMBED_TIMEOUT_S"),
     Setting.number("RAGLINE_EMBED_RPM", int, minimum=0, unit="requests per minute, 0: unlimited"),
     Setting.number("RAGLINE_EMBED_TPM", int, minimum=0, unit="tokens per minute, 0: unlimited"),
     Setting.number("RAGLINE_VISION_RPM", int, minimum=0, unit="requests per minute, 0: unlimited"),
     Setting.choice("RAGLINE_VISION", ("ocr", "cohere", "none")),
     Setting.text("RAGLINE_VISION_MODEL", accepts="a Cohere vision model name"),
-    Setting.number(
-        "RAGLINE_VISION_TIMEOUT_S",
-        float,
-        minimum=0,
-        exclusive=True,
-        maximum=MAX_SECONDS,
-        unit="seconds",
-    ),
+    Setting.seconds("RAGLINE_VISION_TIMEOUT_S"),
     Setting.number(
         "RAGLINE_CHUNK_TOKENS", int, minimum=MIN_CHUNK_TOKENS, maximum=1_000_000, unit="tokens"
     ),
@@ -108,17 +94,8 @@ PIPELINE_SETTINGS: tuple[Setting, ...] = (
         empty_ok=True,
         bad_examples=("app.example.com",),
     ),
-    Setting.number(
-        "RAGLINE_SSE_HEARTBEAT_S",
-        float,
-        minimum=0,
-        exclusive=True,
-        maximum=MAX_SECONDS,
-        unit="seconds",
-    ),
-    Setting.number(
-        "RAGLINE_SYNC_POLL_S", float, minimum=0, exclusive=True, maximum=MAX_SECONDS, unit="seconds"
-    ),
+    Setting.seconds("RAGLINE_SSE_HEARTBEAT_S"),
+    Setting.seconds("RAGLINE_SYNC_POLL_S"),
     Setting.url("QDRANT_URL", _HTTP),
     Setting.text("QDRANT_API_KEY", accepts="a Qdrant API key"),
 )
