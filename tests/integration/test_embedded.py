@@ -39,12 +39,19 @@ from tests.support.embedded_helpers import (
 )
 
 SpawnChild = Callable[..., Child]
+#: An initialized data dir and a handle on its stopped cluster (not acquired yet).
+Stopped = tuple[Path, EmbeddedPostgres]
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the server to a user")
 can_add_users = pytest.mark.skipif(
     os.geteuid() != 0 or not (shutil.which("useradd") or shutil.which("adduser")),
     reason="needs root and useradd or adduser",
 )
+
+
+@pytest.fixture
+def stopped(initialized_data_dir: Path) -> Stopped:
+    return initialized_data_dir, EmbeddedPostgres(initialized_data_dir)
 
 
 @pytest.fixture(params=["parent", "data dir"])
@@ -78,10 +85,9 @@ def test_first_acquire_starts_a_cluster_that_accepts_connections(embedded_base: 
 
 
 def test_second_process_reuses_the_cluster_and_last_release_stops_it(
-    initialized_data_dir: Path, spawn_child: SpawnChild
+    stopped: Stopped, spawn_child: SpawnChild
 ) -> None:
-    data_dir = initialized_data_dir
-    cluster = EmbeddedPostgres(data_dir)
+    data_dir, cluster = stopped
     dsn = cluster.acquire()
     first_pid = postmaster_pid(data_dir)
 
@@ -98,10 +104,9 @@ def test_second_process_reuses_the_cluster_and_last_release_stops_it(
 
 
 def test_first_process_release_keeps_the_cluster_for_the_second(
-    initialized_data_dir: Path, spawn_child: SpawnChild
+    stopped: Stopped, spawn_child: SpawnChild
 ) -> None:
-    data_dir = initialized_data_dir
-    cluster = EmbeddedPostgres(data_dir)
+    data_dir, cluster = stopped
     cluster.acquire()
     child = spawn_child(data_dir)
 
@@ -112,10 +117,9 @@ def test_first_process_release_keeps_the_cluster_for_the_second(
 
 
 def test_a_killed_user_is_pruned_so_the_last_live_release_stops_the_cluster(
-    initialized_data_dir: Path, spawn_child: SpawnChild
+    stopped: Stopped, spawn_child: SpawnChild
 ) -> None:
-    data_dir = initialized_data_dir
-    cluster = EmbeddedPostgres(data_dir)
+    data_dir, cluster = stopped
     cluster.acquire()
     child = spawn_child(data_dir)
     assert len(list((data_dir / "users").iterdir())) == 2
@@ -142,9 +146,8 @@ def test_concurrent_first_acquires_start_one_cluster(
     assert not EmbeddedPostgres(data_dir).is_running()
 
 
-def test_a_crashed_server_is_started_again(initialized_data_dir: Path) -> None:
-    data_dir = initialized_data_dir
-    cluster = EmbeddedPostgres(data_dir)
+def test_a_crashed_server_is_started_again(stopped: Stopped) -> None:
+    data_dir, cluster = stopped
     cluster.acquire()
     crashed = postmaster_pid(data_dir)
     os.kill(crashed, signal.SIGKILL)
@@ -159,9 +162,8 @@ def test_a_crashed_server_is_started_again(initialized_data_dir: Path) -> None:
     assert cluster.is_running(), "the second acquire still holds the cluster"
 
 
-def test_stop_ignores_users_and_a_restart_keeps_the_data(initialized_data_dir: Path) -> None:
-    data_dir = initialized_data_dir
-    cluster = EmbeddedPostgres(data_dir)
+def test_stop_ignores_users_and_a_restart_keeps_the_data(stopped: Stopped) -> None:
+    data_dir, cluster = stopped
     dsn = cluster.acquire()
     fetchval(dsn, "create table kept as select 7 as id")
     system_id = fetchval(dsn, "select system_identifier from pg_control_system()")
@@ -187,9 +189,8 @@ def test_a_long_data_dir_gets_a_short_socket_dir_under_tmp(embedded_base: Path) 
     assert not socket_dir.exists(), "the empty socket dir under /tmp was left behind"
 
 
-def test_a_failed_start_names_the_log(initialized_data_dir: Path) -> None:
-    data_dir = initialized_data_dir
-    cluster = EmbeddedPostgres(data_dir)
+def test_a_failed_start_names_the_log(stopped: Stopped) -> None:
+    data_dir, cluster = stopped
     with (data_dir / "pg" / "data" / "postgresql.conf").open("a") as conf:
         conf.write("shared_buffers = 'lots'\n")
 

@@ -84,6 +84,11 @@ async def effects(pool: asyncpg.Pool[Any]) -> dict[tuple[uuid.UUID, str], int]:
     return {(r["document_id"], r["stage"]): r["n"] for r in rows}
 
 
+def scripted_but(stage: ScriptedStage) -> Pipeline:
+    """The scripted pipeline, with ``stage`` in its place."""
+    return Pipeline(stages=[stage if s == stage.name else ScriptedStage(s) for s in STAGES])
+
+
 async def test_pipeline_runs_every_stage_once(dsn: str, pool: asyncpg.Pool[Any]) -> None:
     ids = await submit_many(pool, 12)
     await run(Pipeline(stages=[ScriptedStage(s) for s in STAGES]), dsn, config())
@@ -129,8 +134,7 @@ async def test_slots_chain_jobs_without_exceeding_concurrency(
 async def test_permanent_failure_fails_document_once(dsn: str, pool: asyncpg.Pool[Any]) -> None:
     ids = await submit_many(pool, 2)
     chunk = ScriptedStage("chunk", fail="permanent")
-    stages = [chunk if s == "chunk" else ScriptedStage(s) for s in STAGES]
-    await run(Pipeline(stages=stages), dsn, config())
+    await run(scripted_but(chunk), dsn, config())
     docs = await DocumentRepository(pool).get_many(ids)
     assert [d.status for d in docs] == [DocumentStatus.FAILED] * 2
     assert docs[0].error == "chunk: scripted permanent failure of chunk"
@@ -148,8 +152,7 @@ async def test_transient_failure_retries_for_the_retry_budget_not_a_count(
 ) -> None:
     [doc] = await submit_many(pool, 1)
     embed = ScriptedStage("embed", fail="transient")
-    stages = [embed if s == "embed" else ScriptedStage(s) for s in STAGES]
-    await run(Pipeline(stages=stages), dsn, config(retry_for_s=1.0))
+    await run(scripted_but(embed), dsn, config(retry_for_s=1.0))
     assert embed.calls > 3  # more than max_attempts: transient failures cost no attempt
     got = await DocumentRepository(pool).get(doc)
     assert got is not None and got.status == DocumentStatus.FAILED
@@ -179,8 +182,7 @@ async def test_an_attempt_that_checkpointed_progress_does_not_count(
             return None
 
     vision = Progressing("vision", noop=True)
-    stages = [vision if s == "vision" else ScriptedStage(s) for s in STAGES]
-    await run(Pipeline(stages=stages), dsn, config())
+    await run(scripted_but(vision), dsn, config())
     assert vision.calls == 6
     got = await DocumentRepository(pool).get(doc)
     assert got is not None and got.status == DocumentStatus.READY
@@ -191,8 +193,7 @@ async def test_unclassified_exception_is_retried_and_named(
 ) -> None:
     [doc] = await submit_many(pool, 1, stage="index")
     index = ScriptedStage("index", fail="crash")
-    stages = [index if s == "index" else ScriptedStage(s) for s in STAGES]
-    await run(Pipeline(stages=stages), dsn, config())
+    await run(scripted_but(index), dsn, config())
     got = await DocumentRepository(pool).get(doc)
     assert got is not None and got.error == "index: ValueError: scripted bug"
     assert index.calls == 3
@@ -209,8 +210,7 @@ async def test_rate_limit_snoozes_without_counting_attempts(
             return await super().process(ctx)
 
     embed = FlakyEmbed("embed")
-    stages = [embed if s == "embed" else ScriptedStage(s) for s in STAGES]
-    await run(Pipeline(stages=stages), dsn, config())
+    await run(scripted_but(embed), dsn, config())
     assert embed.calls == 6  # five 429s, more than max_attempts, and still fine
     got = await DocumentRepository(pool).get(doc)
     assert got is not None and got.status == DocumentStatus.READY
