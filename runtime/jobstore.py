@@ -73,6 +73,19 @@ class Rescued(msgspec.Struct, frozen=True, kw_only=True):
         return Job(**fields_of(Job, msgspec.structs.asdict(self)) | lease, filename=filename)
 
 
+class Release(msgspec.Struct, frozen=True, kw_only=True):
+    """How :meth:`JobStore.release` hands a held job back, the attempt not counted."""
+
+    delay_s: float = 0.0
+    #: The job's new ``last_error`` and ``error_kind`` (None keeps the ones it has).
+    note: str | None = None
+    kind: str | None = None
+
+
+#: Release at once, the job's last error kept (a graceful stop).
+AT_ONCE = Release()
+
+
 class Deferral(msgspec.Struct, frozen=True, kw_only=True):
     """How :meth:`JobStore.defer` hands a job back after a transient failure."""
 
@@ -142,14 +155,7 @@ class JobStore(Protocol):
         """Record a failed attempt; the job's new state, None if the lease is lost."""
         ...
 
-    async def release(
-        self,
-        job: Job,
-        delay_s: float = 0.0,
-        note: str | None = None,
-        kind: str | None = None,
-        now: datetime | None = None,
-    ) -> bool:
+    async def release(self, job: Job, how: Release = AT_ONCE, now: datetime | None = None) -> bool:
         """Give a held job back without counting the attempt; False if the lease is lost."""
         ...
 

@@ -18,7 +18,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from runtime.clock import Clock
-from runtime.jobstore import PEERS_SEEN_WITHIN_S, Deferral, JobStore, Rescued, Settled, Settlement
+from runtime.jobstore import (
+    AT_ONCE,
+    PEERS_SEEN_WITHIN_S,
+    Deferral,
+    JobStore,
+    Release,
+    Rescued,
+    Settled,
+    Settlement,
+)
 from runtime.models import Failure, Job, JobRow, JobState, NewJob, fields_of
 from runtime.stage import DbConn, Writer
 
@@ -269,21 +278,14 @@ class MemoryStore(MemoryTables, JobStore):
         row.last_error, row.error_kind = failure.message, failure.kind
         return row.state
 
-    async def release(
-        self,
-        job: Job,
-        delay_s: float = 0.0,
-        note: str | None = None,
-        kind: str | None = None,
-        now: datetime | None = None,
-    ) -> bool:
+    async def release(self, job: Job, how: Release = AT_ONCE, now: datetime | None = None) -> bool:
         if (row := self._held(job)) is None:
             return False
         at = self._now(now)
-        row.end_lease(JobState.QUEUED, at + timedelta(seconds=delay_s), at)
+        row.end_lease(JobState.QUEUED, at + timedelta(seconds=how.delay_s), at)
         row.attempts = max(row.attempts - 1, 0)
-        row.last_error = note if note is not None else row.last_error
-        row.error_kind = kind if kind is not None else row.error_kind
+        row.last_error = how.note if how.note is not None else row.last_error
+        row.error_kind = how.kind if how.kind is not None else row.error_kind
         return True
 
     async def defer(

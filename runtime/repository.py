@@ -19,9 +19,11 @@ import msgspec
 
 import schema
 from runtime.jobstore import (
+    AT_ONCE,
     PEERS_SEEN_WITHIN_S,
     Deferral,
     JobStore,
+    Release,
     Rescued,
     Settled,
     Settlement,
@@ -157,17 +159,10 @@ class JobRepository(WorkerRegistry, JobStore):
         )
         return JobState(row["state"]) if row else None
 
-    async def release(
-        self,
-        job: Job,
-        delay_s: float = 0.0,
-        note: str | None = None,
-        kind: str | None = None,
-        now: datetime | None = None,
-    ) -> bool:
+    async def release(self, job: Job, how: Release = AT_ONCE, now: datetime | None = None) -> bool:
         """Give a held job back without counting the attempt; False if the lease is lost."""
         row = await self.pool.fetchrow(
-            Q["release_job"], job.id, job.lease_token, delay_s, note, kind, now
+            Q["release_job"], job.id, job.lease_token, how.delay_s, how.note, how.kind, now
         )
         return bool(row and row["released"])
 

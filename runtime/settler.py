@@ -47,7 +47,7 @@ class Settler:
         elif isinstance(outcome, Failure):
             await self.fail(flight, outcome, jlog)
         elif isinstance(outcome, Shutdown):
-            released = await st.store.release(job, 0.0, None, None, st.clock.db_now())
+            released = await st.store.release(job, now=st.clock.db_now())
             metrics.RELEASED.labels(name).inc()
             jlog.info("released on shutdown" if released else "shutdown: lease already gone")
         else:

@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 from runtime.documents import DocumentRepository
-from runtime.jobstore import Claim, Deferral, JobStore
+from runtime.jobstore import Claim, Deferral, JobStore, Release
 from runtime.memory_store import MemoryStore
 from runtime.models import Failure, Job, JobRow, JobState, NewDocument, NewJob
 from runtime.repository import JobRepository
@@ -229,7 +229,8 @@ async def test_release_hands_the_job_back_without_counting_the_attempt(h: Harnes
     await h.seed(1)
     [job] = await h.claim()
     assert await h.store.release(stolen(job)) is False
-    assert await h.store.release(job, 2.0, "snoozed", "rate_limited", h.at(1)) is True
+    snooze = Release(delay_s=2.0, note="snoozed", kind="rate_limited")
+    assert await h.store.release(job, snooze, h.at(1)) is True
     row = await h.row(job.id)
     assert (row.state, row.attempts, row.run_after) == (JobState.QUEUED, 0, h.at(3))
     assert (row.last_error, row.error_kind) == ("snoozed", "rate_limited")
