@@ -15,21 +15,15 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from runtime.clock import Clock
-from runtime.jobstore import (
-    AT_ONCE,
-    PEERS_SEEN_WITHIN_S,
-    Deferral,
-    JobStore,
-    Release,
-    Rescued,
-    Settled,
-    Settlement,
-)
+from runtime.jobstore import AT_ONCE, PEERS_SEEN_WITHIN_S, JobStore, Rescued, Settled
 from runtime.models import Failure, Job, JobRow, JobState, NewJob, fields_of
 from runtime.stage import DbConn, Writer
+
+if TYPE_CHECKING:  # the port's parameter structs, for annotations only
+    from runtime.jobstore import Deferral, Release, Settlement
 
 #: Stands for PostgreSQL's '-infinity': a lease expired at once.
 LONG_AGO = datetime.min.replace(tzinfo=UTC)
