@@ -28,23 +28,24 @@ class ServeContext:
         self.dsn = dsn
         self.services = services
         self.stage_names = stage_names
-        self._pool: asyncpg.Pool[Any] | None = None
-        self._hub: EventHub | None = None
+        #: Set by :meth:`attach` when the server starts.
+        self._attached: tuple[asyncpg.Pool[Any], EventHub] | None = None
 
     @property
     def pool(self) -> asyncpg.Pool[Any]:
-        if self._pool is None:
-            raise RuntimeError("the server is not started")
-        return self._pool
+        return self._started()[0]
 
     @property
     def hub(self) -> EventHub:
-        if self._hub is None:
-            raise RuntimeError("the server is not started")
-        return self._hub
+        return self._started()[1]
 
     def attach(self, pool: asyncpg.Pool[Any], hub: EventHub) -> None:
-        self._pool, self._hub = pool, hub
+        self._attached = (pool, hub)
+
+    def _started(self) -> tuple[asyncpg.Pool[Any], EventHub]:
+        if self._attached is None:
+            raise RuntimeError("the server is not started")
+        return self._attached
 
 
 def document_id(raw: str) -> uuid.UUID:
