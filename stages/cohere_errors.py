@@ -16,12 +16,22 @@ from typing import Any
 
 import cohere
 import httpx
+import msgspec
 from cohere.core.api_error import ApiError
 
 from runtime.api import PermanentError, RateLimited, StageError, TransientError, one_line
 
 #: Statuses that mean "try again later" besides 429 and the 5xx range.
 _TRANSIENT_4XX = frozenset({408})
+
+
+def cohere_knobs(settings: msgspec.Struct) -> dict[str, Any]:
+    """``settings`` (``EmbedSettings`` or ``VisionSettings``) as keyword arguments of the
+    adapter's config: every field but ``kind``, less the unset ones (None, or an empty
+    value), which keep the config's defaults."""
+    knobs = msgspec.structs.asdict(settings)
+    del knobs["kind"]
+    return {name: value for name, value in knobs.items() if value}
 
 
 def make_client(

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from runtime.api import ConfigurationError, PermanentError, TransientError
-from stages.cohere_errors import make_client, translated
+from stages.cohere_errors import cohere_knobs, make_client, translated
 from stages.embedder_protocol import Embedder, InputType
 
 if TYPE_CHECKING:
@@ -334,13 +334,4 @@ def embedder_for(settings: EmbedSettings) -> Embedder:
         raise ConfigurationError(f"RAGLINE_EMBEDDER must be local or cohere, not {settings.kind!r}")
     if not settings.api_key:
         raise ConfigurationError("RAGLINE_EMBEDDER=cohere needs COHERE_API_KEY")
-    defaults = CohereEmbedderConfig(api_key=settings.api_key)
-    return CohereEmbedder(
-        CohereEmbedderConfig(
-            api_key=settings.api_key,
-            base_url=settings.base_url,
-            model=settings.model or defaults.model,
-            dimensions=settings.dimensions or defaults.dimensions,
-            timeout_s=settings.timeout_s or defaults.timeout_s,
-        )
-    )
+    return CohereEmbedder(CohereEmbedderConfig(**cohere_knobs(settings)))

@@ -29,7 +29,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from runtime.api import ConfigurationError, PermanentError
-from stages.cohere_errors import make_client, translated
+from stages.cohere_errors import cohere_knobs, make_client, translated
 from stages.vision_protocol import VisionModel
 
 if TYPE_CHECKING:
@@ -317,12 +317,4 @@ def vision_for(settings: VisionSettings) -> VisionModel:
         )
     if not settings.api_key:
         raise ConfigurationError("RAGLINE_VISION=cohere needs COHERE_API_KEY")
-    defaults = CohereVisionConfig(api_key=settings.api_key)
-    return CohereVision(
-        CohereVisionConfig(
-            api_key=settings.api_key,
-            base_url=settings.base_url,
-            model=settings.model or defaults.model,
-            timeout_s=settings.timeout_s or defaults.timeout_s,
-        )
-    )
+    return CohereVision(CohereVisionConfig(**cohere_knobs(settings)))
