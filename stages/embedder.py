@@ -98,6 +98,8 @@ class CohereEmbedderConfig(msgspec.Struct, frozen=True, kw_only=True):
 class CohereEmbedder:
     """:class:`Embedder` backed by Cohere's embed API."""
 
+    metered = True
+
     def __init__(self, config: CohereEmbedderConfig) -> None:
         if config.dimensions <= 0 or config.max_batch <= 0 or config.timeout_s <= 0:
             raise ConfigurationError(
@@ -122,10 +124,6 @@ class CohereEmbedder:
     @property
     def max_batch(self) -> int:
         return self.config.max_batch
-
-    @property
-    def metered(self) -> bool:
-        return True
 
     async def embed(self, texts: Sequence[str], input_type: InputType) -> list[list[float]]:
         vectors: list[list[float]] = []
@@ -212,8 +210,9 @@ class LocalEmbedderConfig(msgspec.Struct, frozen=True, kw_only=True):
 class LocalEmbedder:
     """:class:`Embedder` running all-MiniLM-L6-v2 (int8) on onnxruntime, offline."""
 
-    MODEL_KEY = "local/all-MiniLM-L6-v2-int8"
-    DIMENSIONS = 384
+    model = "local/all-MiniLM-L6-v2-int8"
+    dimensions = 384
+    metered = False
 
     def __init__(self, config: LocalEmbedderConfig | None = None) -> None:
         self.config = config or LocalEmbedderConfig()
@@ -229,20 +228,8 @@ class LocalEmbedder:
         self._limiter = anyio.CapacityLimiter(1)
 
     @property
-    def model(self) -> str:
-        return self.MODEL_KEY
-
-    @property
-    def dimensions(self) -> int:
-        return self.DIMENSIONS
-
-    @property
     def max_batch(self) -> int:
         return self.config.max_batch
-
-    @property
-    def metered(self) -> bool:
-        return False
 
     async def embed(self, texts: Sequence[str], input_type: InputType) -> list[list[float]]:
         # all-MiniLM-L6-v2 is symmetric: queries and documents share one encoding.
@@ -257,7 +244,7 @@ class LocalEmbedder:
         """Blocking form of :meth:`embed` returning a ``(len(texts), 384)`` array."""
         self._ensure_loaded()
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        out = np.empty((len(texts), self.DIMENSIONS), dtype=np.float32)
+        out = np.empty((len(texts), self.dimensions), dtype=np.float32)
         step = self.config.inner_batch
         for start in range(0, len(order), step):
             idx = order[start : start + step]

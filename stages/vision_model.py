@@ -126,6 +126,9 @@ class CohereVisionConfig(msgspec.Struct, frozen=True, kw_only=True):
 class CohereVision:
     """:class:`VisionModel` backed by a vision-capable Cohere chat model."""
 
+    #: Calls count against a provider's quota (``RAGLINE_VISION_RPM`` applies).
+    metered = True
+
     def __init__(self, config: CohereVisionConfig) -> None:
         self.config = config
         # The SDK never retries: ragline's worker owns retries (see stages/cohere_errors.py).
@@ -134,11 +137,6 @@ class CohereVision:
     @property
     def name(self) -> str:
         return f"cohere/{self.config.model}"
-
-    @property
-    def metered(self) -> bool:
-        """Calls count against a provider's quota (``RAGLINE_VISION_RPM`` applies)."""
-        return True
 
     async def describe(self, image: bytes, media_type: str) -> str:
         data, media_type = await anyio.to_thread.run_sync(self._sendable, image)
