@@ -2,8 +2,9 @@
 
 :func:`make_client` builds the SDK client with its own retries switched off
 (``max_retries=0``), so every failure surfaces once and the worker's retry policy (backoff,
-jitter, ``max_attempts``, Retry-After) is the only one in force; :func:`translated` turns
-the SDK's exceptions into ragline's error classes.
+jitter, ``max_attempts``, Retry-After) is the only one in force; :class:`CohereAdapter`,
+the adapters' base, holds that client; :func:`translated` turns the SDK's exceptions into
+ragline's error classes.
 """
 
 from __future__ import annotations
@@ -47,6 +48,20 @@ def make_client(
         httpx_client=http,
     )
     return client, http
+
+
+class CohereAdapter:
+    """What the Cohere adapters share: the SDK client of :func:`make_client` (the worker
+    owns retries), closed by :meth:`aclose`; every call counts against a provider's quota
+    (``RAGLINE_EMBED_RPM``, ``RAGLINE_VISION_RPM``)."""
+
+    metered = True
+
+    def __init__(self, api_key: str, base_url: str | None, timeout_s: float) -> None:
+        self._client, self._http = make_client(api_key, base_url, timeout_s)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
 
 
 @contextlib.contextmanager

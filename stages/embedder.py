@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from runtime.api import ConfigurationError, PermanentError, TransientError
-from stages.cohere_errors import cohere_knobs, make_client, translated
+from stages.cohere_errors import CohereAdapter, cohere_knobs, translated
 from stages.embedder_protocol import Embedder, InputType
 
 if TYPE_CHECKING:
@@ -95,19 +95,16 @@ class CohereEmbedderConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_batch: int = 96
 
 
-class CohereEmbedder:
+class CohereEmbedder(CohereAdapter):
     """:class:`Embedder` backed by Cohere's embed API."""
-
-    metered = True
 
     def __init__(self, config: CohereEmbedderConfig) -> None:
         if config.dimensions <= 0 or config.max_batch <= 0 or config.timeout_s <= 0:
             raise ConfigurationError(
                 "cohere embedder: dimensions, max_batch, timeout_s must be > 0"
             )
+        super().__init__(config.api_key, config.base_url, config.timeout_s)
         self.config = config
-        # The SDK never retries: ragline's worker owns retries (see stages/cohere_errors.py).
-        self._client, self._http = make_client(config.api_key, config.base_url, config.timeout_s)
         #: "base64" until an endpoint answers 400 to it (some gateways only do "float").
         self._embedding_type = "base64"
 
@@ -175,9 +172,6 @@ class CohereEmbedder:
         if not floats:
             return []
         return l2_normalize(np.asarray(floats, dtype=np.float32)).tolist()  # type: ignore[no-any-return]
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
 
 
 # --------------------------------------------------------------------------- local

@@ -29,7 +29,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from runtime.api import ConfigurationError, PermanentError
-from stages.cohere_errors import cohere_knobs, make_client, translated
+from stages.cohere_errors import CohereAdapter, cohere_knobs, translated
 from stages.vision_protocol import VisionModel
 
 if TYPE_CHECKING:
@@ -123,16 +123,12 @@ class CohereVisionConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_pixels: int = 4_000_000
 
 
-class CohereVision:
+class CohereVision(CohereAdapter):
     """:class:`VisionModel` backed by a vision-capable Cohere chat model."""
 
-    #: Calls count against a provider's quota (``RAGLINE_VISION_RPM`` applies).
-    metered = True
-
     def __init__(self, config: CohereVisionConfig) -> None:
+        super().__init__(config.api_key, config.base_url, config.timeout_s)
         self.config = config
-        # The SDK never retries: ragline's worker owns retries (see stages/cohere_errors.py).
-        self._client, self._http = make_client(config.api_key, config.base_url, config.timeout_s)
 
     @property
     def name(self) -> str:
@@ -164,9 +160,6 @@ class CohereVision:
         if media_type in COHERE_MEDIA_TYPES and len(image) <= self.config.max_image_bytes:
             return image, media_type
         return encode_png(decode_rgb(image, max_pixels=self.config.max_pixels)), "image/png"
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
 
 
 def _response_text(content: Sequence[Any] | None) -> str:
