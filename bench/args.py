@@ -1,5 +1,5 @@
 """What every ``python -m bench.X`` command line shares: its parser, and the scale flags
-(``--docs``, ``--slots``, ``--repeat``) of the queue benchmarks."""
+(``--docs``, ``--slots``, ``--repeat``, ``--quick``) of the queue benchmarks."""
 
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ def bench_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
     )
 
 
-def add_scale_args(parser: argparse.ArgumentParser, *, docs: str, repeat: str) -> None:
-    """``--docs`` and ``--repeat`` (helps as given) and ``--slots``."""
+def add_scale_args(parser: argparse.ArgumentParser, *, docs: str, repeat: str, quick: str) -> None:
+    """``--docs``, ``--repeat`` and ``--quick`` (helps as given) and ``--slots``."""
     parser.add_argument("--docs", type=int, help=docs)
     parser.add_argument("--slots", help="slots per stage, comma-separated (1,4,16)")
     parser.add_argument("--repeat", type=int, help=repeat)
+    parser.add_argument("--quick", action="store_true", help=quick)
 
 
 def scale_overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -38,19 +38,10 @@ import anyio.to_thread
 import asyncpg
 import msgspec
 
+from bench import database, report
 from bench.args import bench_parser
 from bench.harness.fake_cohere import FakeCohereProcess
 from bench.ingest import corpus_files, load_note
-from bench.queue import (
-    banner,
-    bench_database,
-    connection,
-    heading,
-    pool_of,
-    row,
-    server_dsn,
-    verdict,
-)
 from runtime.documents import DocumentRepository
 from runtime.worker import Worker
 from runtime.worker_config import WorkerConfig
@@ -164,7 +155,7 @@ async def embed_pass(
     await run_stages(dsn, services, EMBED_STAGES, {"embed": slots})
     stats = await anyio.to_thread.run_sync(server.stats)
     model = services.embedder.model
-    async with connection(dsn) as conn:
+    async with database.connection(dsn) as conn:
         times = [r["created_at"] for r in await conn.fetch(REQUEST_TIMES_SQL, model)]
     return Run(
         label=label,
@@ -190,11 +181,11 @@ async def expected_requests(conn: asyncpg.Connection[Any], ids: Sequence[uuid.UU
 
 
 async def section_batching(dsn: str, ids: Sequence[uuid.UUID], run: Run) -> None:
-    heading(
+    report.heading(
         f"1. Batching: {len(ids)} documents, embed-v4.0@{PROD_DIMS}, one embed slot, "
         f"max batch {MAX_BATCH}"
     )
-    async with connection(dsn) as conn:
+    async with database.connection(dsn) as conn:
         per_doc = await expected_requests(conn, ids)
         statuses = {r["status"]: r["n"] for r in await conn.fetch(STATUS_SQL, list(ids))}
     expected = sum(math.ceil(u / MAX_BATCH) for u in per_doc)
@@ -234,10 +225,10 @@ def rate_row(run: Run, rpm: int, *, judged: bool) -> None:
     span_s = (run.times[-1] - run.times[0]).total_seconds() if run.times else 0.0
     share = rate / rpm
     ok = abs(share - 1) <= RATE_TOLERANCE
-    row(
+    report.row(
         run.label, run.requests, f"{span_s:.1f}", f"{rate:.0f}", f"{share:.0%}",
         busiest_minute(run.times) if span_s >= 60 else "-",
-        verdict(ok) if judged else "-", widths=RATE_WIDTHS,
+        report.verdict(ok) if judged else "-", widths=RATE_WIDTHS,
     )  # fmt: skip
 
 
@@ -245,15 +236,15 @@ RATE_WIDTHS = (34, 8, 7, 8, 9, 11, 11)
 
 
 def print_rates(runs: Sequence[tuple[Run, bool]], rpm: int) -> None:
-    row("run", "requests", "span s", "req/min", "of limit", "max in 60s", "floor ±10%",
-        widths=RATE_WIDTHS)  # fmt: skip
+    report.row("run", "requests", "span s", "req/min", "of limit", "max in 60s", "floor ±10%",
+               widths=RATE_WIDTHS)  # fmt: skip
     for run, judged in runs:
         rate_row(run, rpm, judged=judged)
 
 
 async def reembed_all(dsn: str, ids: Sequence[uuid.UUID]) -> None:
     """A new generation from embed for every document (earlier checkpoints stay)."""
-    async with pool_of(dsn, 1) as pool:
+    async with database.pool_of(dsn, 1) as pool:
         docs = DocumentRepository(pool)
         for doc_id in ids:
             await docs.reprocess(doc_id, "embed")
@@ -268,7 +259,7 @@ async def section_rate(
 ) -> None:
     rpm = int(env["RAGLINE_EMBED_RPM"])
     slots = DEFAULT_CONCURRENCY["embed"]
-    heading(
+    report.heading(
         f"2. Throughput vs RAGLINE_EMBED_RPM={rpm} ({rpm / 60:g} req/s), one process; "
         f"'fresh' = limiter as built (empty bucket: one second's worth may go at once), 'full' = "
         f"limiter already at its limit (steady state); rate = (R-1) / (last - first request)"
@@ -298,14 +289,14 @@ async def section_cache(
     files: Sequence[Path],
     ids: Sequence[uuid.UUID],
 ) -> None:
-    heading(f"3. Embedding cache: {len(files)} documents, embed-v4.0@{PROD_DIMS}")
+    report.heading(f"3. Embedding cache: {len(files)} documents, embed-v4.0@{PROD_DIMS}")
     services = Services(env, Path(env["RAGLINE_DATA_DIR"]))
-    async with pool_of(dsn, 2) as pool:
+    async with database.pool_of(dsn, 2) as pool:
         copies = [(await submit(pool, services.assets, p, force=True)).document_id for p in files]
     await anyio.to_thread.run_sync(server.reset)
     await run_stages(dsn, services, STAGES, {})
     resubmitted = (await anyio.to_thread.run_sync(server.stats))["requests"].get("embed", 0)
-    async with pool_of(dsn, 1) as pool:
+    async with database.pool_of(dsn, 1) as pool:
         docs = DocumentRepository(pool)
         for doc_id in ids:
             await docs.reprocess(doc_id, "index")
@@ -314,10 +305,10 @@ async def section_cache(
         ready = await docs.count_finished([*ids, *copies])
     reindexed = (await anyio.to_thread.run_sync(server.stats))["requests"].get("embed", 0)
     print(f"documents finished: {ready} of {len(ids) + len(copies)}")
-    print(f"submit --force of the same bytes ({len(copies)} new documents): "
-          f"{resubmitted} embed requests (expected 0: {verdict(resubmitted == 0)})")  # fmt: skip
+    print(f"submit --force of the same bytes ({len(copies)} new documents): {resubmitted} "
+          f"embed requests (expected 0: {report.verdict(resubmitted == 0)})")  # fmt: skip
     print(f"reprocess --from index ({len(ids)} documents): {reindexed} embed requests "
-          f"(expected 0: {verdict(reindexed == 0)})")  # fmt: skip
+          f"(expected 0: {report.verdict(reindexed == 0)})")  # fmt: skip
 
 
 # -- entry point --------------------------------------------------------------------------
@@ -326,7 +317,7 @@ async def section_cache(
 async def prepare(dsn: str, env: Mapping[str, str], files: Sequence[Path]) -> list[uuid.UUID]:
     """Submit the documents and run parse, chunk and vision (none) on them."""
     services = Services(env, Path(env["RAGLINE_DATA_DIR"]))
-    async with pool_of(dsn, 2) as pool:
+    async with database.pool_of(dsn, 2) as pool:
         ids = [(await submit(pool, services.assets, p)).document_id for p in files]
     await run_stages(dsn, services, PREP_STAGES, {})
     return ids
@@ -334,13 +325,13 @@ async def prepare(dsn: str, env: Mapping[str, str], files: Sequence[Path]) -> li
 
 async def main(opts: Options) -> None:
     after = "fake Cohere server in its own process"
-    await banner(opts.server_dsn, "ragline embed benchmark", after=after)
+    await report.banner(opts.server_dsn, "ragline embed benchmark", after=after)
     files = corpus_files(opts.docs)
     server = FakeCohereProcess("--dims", str(PROD_DIMS))
     try:
         with tempfile.TemporaryDirectory(prefix="ragline-bench-") as tmp:
             env = {**base_env(server.url, opts.rpm), "RAGLINE_DATA_DIR": tmp}
-            async with bench_database(opts.server_dsn) as dsn:
+            async with database.bench_database(opts.server_dsn) as dsn:
                 ids = await prepare(dsn, env, files)
                 counted = await embed_pass(dsn, env, server, f"fresh, {PROD_DIMS} dims, 1 slot",
                                            full=False, slots=1)  # fmt: skip
@@ -358,7 +349,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_DOCS} documents")
     args = parser.parse_args(argv)
     docs = args.docs or (QUICK_DOCS if args.quick else DEFAULT_DOCS)
-    return Options(server_dsn=server_dsn(), docs=docs, rpm=args.rpm)
+    return Options(server_dsn=database.server_dsn(), docs=docs, rpm=args.rpm)
 
 
 if __name__ == "__main__":

@@ -44,26 +44,19 @@ import asyncpg
 import msgspec
 
 from bench.args import add_scale_args, bench_parser, scale_overrides
+from bench.database import Conn, bench_database, connection, pool_of, server_dsn
 from bench.harness.pipelines import STAGES
 from bench.queue import (
     LAST,
     RUN_TIMEOUT_S,
     WAKE_SLOTS,
     WORKER_SETTLE_S,
-    Conn,
     Options,
-    banner,
-    bench_database,
-    connection,
-    heading,
     hops_per_s,
-    percentile,
-    pool_of,
-    row,
     run_ragline,
-    server_dsn,
     wake_latencies,
 )
+from bench.report import banner, heading, percentile, row
 
 #: PgQueuer's fallback poll; with LISTEN on it only matters if a notification is missed
 #: (PgQueuer itself re-polls after 0.1 s while it sees eligible work).
@@ -280,8 +273,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         parser,
         docs="documents per throughput run (2000)",
         repeat="alternating pairs per slot count (2)",
+        quick="300 documents, slots 1,4, once",
     )
-    parser.add_argument("--quick", action="store_true", help="300 documents, slots 1,4, once")
     args = parser.parse_args(argv)
     opts = Options(server_dsn=server_dsn(), docs=2000, wake_jobs=200)
     if args.quick:

@@ -38,22 +38,12 @@ import asyncpg
 import msgspec
 
 from bench.args import bench_parser
+from bench.database import Pool, bench_database, connection, pool_of, server_dsn
 from bench.harness.fake_cohere import FakeCohereProcess
 from bench.harness.fleet import run_fleet, start_fleet, submit_jobs
 from bench.harness.pipelines import STAGES, ScriptedStage
-from bench.queue import (
-    THROUGHPUT_POLL_S,
-    Pool,
-    bench_database,
-    connection,
-    heading,
-    hops_per_s,
-    pool_of,
-    row,
-    run_ragline,
-    server_dsn,
-    verdict,
-)
+from bench.queue import THROUGHPUT_POLL_S, hops_per_s, run_ragline
+from bench.report import heading, row, verdict
 from runtime.provider_gate import Providers
 from runtime.providers import DEFAULT_PROBE_S, SESSION_SETTINGS, ProviderSpec
 from runtime.stage import JobContext, Pipeline

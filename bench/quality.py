@@ -33,7 +33,7 @@ import msgspec
 import tokenizers
 
 from bench.ingest import corpus_files, load_note
-from bench.queue import heading, row
+from bench.report import heading, row
 from stages.chunking import Chunk, ChunkConfig, chunk_pages
 from stages.pdf import iter_pages, open_pdf
 from stages.tokens import MINILM_TOKENIZER, CharCounter, TokenCounter, local_counter

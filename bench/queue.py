@@ -18,15 +18,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-import os
 import random
-import secrets
 import statistics
-import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any, Protocol, TypeAlias, TypeVar
+from typing import Any, TypeAlias
 
 import anyio
 import asyncpg
@@ -34,9 +31,17 @@ import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from bench.args import add_scale_args, bench_parser, scale_overrides
-from bench.harness.db import with_database
+from bench.database import Conn
+from bench.database import bench_database as bench_database
+from bench.database import connection as connection
+from bench.database import pool_of as pool_of
+from bench.database import server_dsn as server_dsn
 from bench.harness.pipelines import STAGES, ScriptedStage
-from runtime.migrate import migrate
+from bench.report import banner as banner
+from bench.report import heading as heading
+from bench.report import percentile
+from bench.report import row as row
+from bench.report import verdict as verdict
 from runtime.models import NewJob
 from runtime.repository import JobRepository
 from runtime.repository import Q as JOB_QUERIES
@@ -44,12 +49,12 @@ from runtime.stage import Pipeline
 from runtime.worker import Worker
 from runtime.worker_config import WorkerConfig
 
-Conn: TypeAlias = "asyncpg.Connection[Any]"
-Pool: TypeAlias = "asyncpg.Pool[Any]"
+# The ``x as x`` imports re-export what bench.ingest still imports from here (it moved to
+# bench.database and bench.report); they go when its import names those modules.
+
 #: (dsn, documents, slots per stage) -> runs the pipeline until every document is ready.
 Runner: TypeAlias = Callable[[str, int, int], Awaitable[None]]
 
-DEFAULT_DSN = "postgresql://root@127.0.0.1:5432/postgres"
 PARTS = ("throughput", "wake", "claim")
 LAST = STAGES[-1]
 HOPS_FLOOR = 0.80
@@ -156,85 +161,7 @@ UPDATE documents AS d SET status = 'ready' FROM done WHERE d.id = done.document_
 """
 
 
-# -- statistics and printing --------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100)."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def verdict(ok: bool) -> str:
-    return "ok" if ok else "BELOW FLOOR"
-
-
-def heading(text: str) -> None:
-    print(f"\n== {text} ==", flush=True)
-
-
-def row(*cells: object, widths: Sequence[int]) -> None:
-    print("  ".join(str(c).rjust(w) for c, w in zip(cells, widths, strict=True)), flush=True)
-
-
-# -- the throwaway database ---------------------------------------------------------------
-
-
-async def banner(server_dsn: str, title: str, *uses: str, after: str = "") -> None:
-    """Print a benchmark's first line: what it runs on (PostgreSQL, Python, ``uses``,
-    CPUs, then ``after``)."""
-    async with connection(server_dsn) as conn:
-        version = await conn.fetchval("SHOW server_version")
-    parts = [f"PostgreSQL {version}", f"Python {sys.version.split()[0]}", *uses]
-    parts += [f"{os.cpu_count()} CPUs"] + ([after] if after else [])
-    print(f"{title}: {', '.join(parts)}")
-
-
-class _Closable(Protocol):
-    async def close(self) -> None: ...
-
-
-_C = TypeVar("_C", bound=_Closable)
-
-
-@contextlib.asynccontextmanager
-async def closing(resource: _C) -> AsyncIterator[_C]:
-    """``resource``, closed on the way out even when the caller is cancelled."""
-    try:
-        yield resource
-    finally:
-        with anyio.CancelScope(shield=True):
-            await resource.close()
-
-
-@contextlib.asynccontextmanager
-async def connection(dsn: str) -> AsyncIterator[Conn]:
-    async with closing(await asyncpg.connect(dsn)) as conn:
-        yield conn
-
-
-@contextlib.asynccontextmanager
-async def pool_of(dsn: str, size: int) -> AsyncIterator[Pool]:
-    async with closing(await asyncpg.create_pool(dsn, min_size=0, max_size=size)) as pool:
-        yield pool
-
-
-@contextlib.asynccontextmanager
-async def bench_database(server_dsn: str) -> AsyncIterator[str]:
-    """Create and migrate ``ragline_bench_<random>``; drop it afterwards."""
-    name = f"ragline_bench_{secrets.token_hex(4)}"
-    async with connection(server_dsn) as admin:
-        await admin.execute(f"CREATE DATABASE {name}")
-    dsn = with_database(server_dsn, name)
-    try:
-        async with connection(dsn) as conn:
-            await migrate(conn)
-        yield dsn
-    finally:
-        with anyio.CancelScope(shield=True):
-            async with connection(server_dsn) as admin:
-                await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+# -- seeding ------------------------------------------------------------------------------
 
 
 async def reseed(conn: Conn, docs: int, job_stage: str | None) -> None:
@@ -567,16 +494,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         parser,
         docs="documents for the throughput runs (5000)",
         repeat="alternating runs per pair (2)",
+        quick="small sizes: a smoke run",
     )
     parser.add_argument("--parts", help=f"comma-separated subset of {','.join(PARTS)}")
-    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     args = parser.parse_args(argv)
     base = quick_options() if args.quick else Options(server_dsn=server_dsn())
     return msgspec.structs.replace(base, **overrides(args))
-
-
-def server_dsn() -> str:
-    return os.environ.get("DATABASE_URL") or DEFAULT_DSN
 
 
 def quick_options() -> Options:

@@ -31,7 +31,8 @@ from pathlib import Path
 
 import anyio
 
-from bench.queue import bench_database, connection, heading, pool_of, server_dsn, verdict
+from bench.database import bench_database, connection, pool_of, server_dsn
+from bench.report import heading, verdict
 from stages import sources
 from stages.scan import FolderScanner
 from stages.services import Services

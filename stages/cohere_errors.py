@@ -2,8 +2,9 @@
 
 :func:`make_client` builds the SDK client with its own retries switched off
 (``max_retries=0``), so every failure surfaces once and the worker's retry policy (backoff,
-jitter, ``max_attempts``, Retry-After) is the only one in force; :func:`translated` turns
-the SDK's exceptions into ragline's error classes.
+jitter, ``max_attempts``, Retry-After) is the only one in force; :class:`CohereAdapter`,
+the adapters' base, holds that client; :func:`translated` turns the SDK's exceptions into
+ragline's error classes.
 """
 
 from __future__ import annotations
@@ -16,12 +17,22 @@ from typing import Any
 
 import cohere
 import httpx
+import msgspec
 from cohere.core.api_error import ApiError
 
 from runtime.api import PermanentError, RateLimited, StageError, TransientError, one_line
 
 #: Statuses that mean "try again later" besides 429 and the 5xx range.
 _TRANSIENT_4XX = frozenset({408})
+
+
+def cohere_knobs(settings: msgspec.Struct) -> dict[str, Any]:
+    """``settings`` (``EmbedSettings`` or ``VisionSettings``) as keyword arguments of the
+    adapter's config: every field but ``kind``, less the unset ones (None, or an empty
+    value), which keep the config's defaults."""
+    knobs = msgspec.structs.asdict(settings)
+    del knobs["kind"]
+    return {name: value for name, value in knobs.items() if value}
 
 
 def make_client(
@@ -37,6 +48,20 @@ def make_client(
         httpx_client=http,
     )
     return client, http
+
+
+class CohereAdapter:
+    """What the Cohere adapters share: the SDK client of :func:`make_client` (the worker
+    owns retries), closed by :meth:`aclose`; every call counts against a provider's quota
+    (``RAGLINE_EMBED_RPM``, ``RAGLINE_VISION_RPM``)."""
+
+    metered = True
+
+    def __init__(self, api_key: str, base_url: str | None, timeout_s: float) -> None:
+        self._client, self._http = make_client(api_key, base_url, timeout_s)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ from prometheus_client import Counter
 
 from runtime.api import DbConn, InvalidDocument, Job, JobContext, ProviderSpec
 from stages import model_switch, store
-from stages.services import Services
+from stages.provider_stage import ProviderStage
 
 CACHE_HITS = Counter("ragline_embed_cache_hits", "Chunks whose vector was already cached")
 CACHE_MISSES = Counter("ragline_embed_cache_misses", "Chunks sent to the embedder")
@@ -37,16 +37,12 @@ def batches(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-class EmbedStage:
+class EmbedStage(ProviderStage):
     name = "embed"
 
-    def __init__(self, services: Services) -> None:
-        self.services = services
-
     @property
-    def providers(self) -> tuple[ProviderSpec, ...]:
-        spec = self.services.embed_provider
-        return (spec,) if spec is not None else ()
+    def provider(self) -> ProviderSpec | None:
+        return self.services.embed_provider
 
     async def process(self, ctx: JobContext) -> None:
         chunks = await store.chunks(ctx.pool, ctx.job.document_id)
@@ -75,12 +71,7 @@ class EmbedStage:
     ) -> None:
         limiter = self.services.limiter
         texts = [t for _, t in batch]
-        spec = self.services.embed_provider
-        gate = (
-            ctx.calling(spec.name, tokens=estimated_tokens(texts))
-            if spec is not None
-            else contextlib.nullcontext()
-        )
+        gate = self.gate(ctx, tokens=estimated_tokens(texts))
         async with gate, limiter if limiter is not None else contextlib.nullcontext():
             REQUESTS.inc()
             vectors = await self.services.embedder_for(model).embed(texts, "search_document")

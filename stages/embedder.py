@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from runtime.api import ConfigurationError, PermanentError, TransientError
-from stages.cohere_errors import make_client, translated
+from stages.cohere_errors import CohereAdapter, cohere_knobs, translated
 from stages.embedder_protocol import Embedder, InputType
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class CohereEmbedderConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_batch: int = 96
 
 
-class CohereEmbedder:
+class CohereEmbedder(CohereAdapter):
     """:class:`Embedder` backed by Cohere's embed API."""
 
     def __init__(self, config: CohereEmbedderConfig) -> None:
@@ -103,9 +103,8 @@ class CohereEmbedder:
             raise ConfigurationError(
                 "cohere embedder: dimensions, max_batch, timeout_s must be > 0"
             )
+        super().__init__(config.api_key, config.base_url, config.timeout_s)
         self.config = config
-        # The SDK never retries: ragline's worker owns retries (see stages/cohere_errors.py).
-        self._client, self._http = make_client(config.api_key, config.base_url, config.timeout_s)
         #: "base64" until an endpoint answers 400 to it (some gateways only do "float").
         self._embedding_type = "base64"
 
@@ -122,10 +121,6 @@ class CohereEmbedder:
     @property
     def max_batch(self) -> int:
         return self.config.max_batch
-
-    @property
-    def metered(self) -> bool:
-        return True
 
     async def embed(self, texts: Sequence[str], input_type: InputType) -> list[list[float]]:
         vectors: list[list[float]] = []
@@ -178,9 +173,6 @@ class CohereEmbedder:
             return []
         return l2_normalize(np.asarray(floats, dtype=np.float32)).tolist()  # type: ignore[no-any-return]
 
-    async def aclose(self) -> None:
-        await self._http.aclose()
-
 
 # --------------------------------------------------------------------------- local
 
@@ -212,8 +204,9 @@ class LocalEmbedderConfig(msgspec.Struct, frozen=True, kw_only=True):
 class LocalEmbedder:
     """:class:`Embedder` running all-MiniLM-L6-v2 (int8) on onnxruntime, offline."""
 
-    MODEL_KEY = "local/all-MiniLM-L6-v2-int8"
-    DIMENSIONS = 384
+    model = "local/all-MiniLM-L6-v2-int8"
+    dimensions = 384
+    metered = False
 
     def __init__(self, config: LocalEmbedderConfig | None = None) -> None:
         self.config = config or LocalEmbedderConfig()
@@ -229,20 +222,8 @@ class LocalEmbedder:
         self._limiter = anyio.CapacityLimiter(1)
 
     @property
-    def model(self) -> str:
-        return self.MODEL_KEY
-
-    @property
-    def dimensions(self) -> int:
-        return self.DIMENSIONS
-
-    @property
     def max_batch(self) -> int:
         return self.config.max_batch
-
-    @property
-    def metered(self) -> bool:
-        return False
 
     async def embed(self, texts: Sequence[str], input_type: InputType) -> list[list[float]]:
         # all-MiniLM-L6-v2 is symmetric: queries and documents share one encoding.
@@ -257,7 +238,7 @@ class LocalEmbedder:
         """Blocking form of :meth:`embed` returning a ``(len(texts), 384)`` array."""
         self._ensure_loaded()
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        out = np.empty((len(texts), self.DIMENSIONS), dtype=np.float32)
+        out = np.empty((len(texts), self.dimensions), dtype=np.float32)
         step = self.config.inner_batch
         for start in range(0, len(order), step):
             idx = order[start : start + step]
@@ -334,13 +315,4 @@ def embedder_for(settings: EmbedSettings) -> Embedder:
         raise ConfigurationError(f"RAGLINE_EMBEDDER must be local or cohere, not {settings.kind!r}")
     if not settings.api_key:
         raise ConfigurationError("RAGLINE_EMBEDDER=cohere needs COHERE_API_KEY")
-    defaults = CohereEmbedderConfig(api_key=settings.api_key)
-    return CohereEmbedder(
-        CohereEmbedderConfig(
-            api_key=settings.api_key,
-            base_url=settings.base_url,
-            model=settings.model or defaults.model,
-            dimensions=settings.dimensions or defaults.dimensions,
-            timeout_s=settings.timeout_s or defaults.timeout_s,
-        )
-    )
+    return CohereEmbedder(CohereEmbedderConfig(**cohere_knobs(settings)))

@@ -146,15 +146,28 @@ async def _record(
         existing = await docs.find_by_sha256(stored.sha256, collection)
         if existing is not None:
             return Submitted(document_id=existing.id, created=False)
-    new = NewDocument(
+    new = new_document(doc_id, display_name(path), fmt.media_type, stored, collection, force)
+    # Not created: lost a race with a concurrent submit of the same bytes.
+    return await docs.submit(new, FIRST_STAGE, conn=conn, max_attempts=max_attempts)
+
+
+def new_document(
+    doc_id: uuid.UUID,
+    filename: str,
+    media_type: str,
+    stored: Stored,
+    collection: str,
+    forced: bool = False,
+) -> NewDocument:
+    """The row for an original the asset store holds: its key, and the hash and size of
+    the bytes stored (a submitted file's or an upload's)."""
+    return NewDocument(
         id=doc_id,
-        filename=display_name(path),
-        media_type=fmt.media_type,
+        filename=filename,
+        media_type=media_type,
         byte_size=stored.size,
         sha256=stored.sha256,
         asset_key=stored.key,
-        forced=force,
+        forced=forced,
         collection=collection,
     )
-    # Not created: lost a race with a concurrent submit of the same bytes.
-    return await docs.submit(new, FIRST_STAGE, conn=conn, max_attempts=max_attempts)

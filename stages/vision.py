@@ -7,13 +7,12 @@ document. Transient model errors fail the attempt (the engine retries it).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 
 from runtime.api import DbConn, Job, JobContext, PermanentError, ProviderSpec, one_line
 from stages import store
-from stages.services import Services
+from stages.provider_stage import ProviderStage
 
 log = logging.getLogger(__name__)
 
@@ -28,16 +27,12 @@ def image_chunk(asset: store.Asset) -> store.NewChunk:
     )
 
 
-class VisionStage:
+class VisionStage(ProviderStage):
     name = "vision"
 
-    def __init__(self, services: Services) -> None:
-        self.services = services
-
     @property
-    def providers(self) -> tuple[ProviderSpec, ...]:
-        spec = self.services.vision_provider
-        return (spec,) if spec is not None else ()
+    def provider(self) -> ProviderSpec | None:
+        return self.services.vision_provider
 
     async def process(self, ctx: JobContext) -> list[store.NewChunk]:
         from stages.vision_model import NoVision  # here: the vision libraries are heavy
@@ -52,10 +47,8 @@ class VisionStage:
 
     async def _describe(self, ctx: JobContext, asset: store.Asset) -> None:
         data = await self.services.assets.get(asset.object_key)
-        spec = self.services.vision_provider
-        gate = ctx.calling(spec.name) if spec is not None else contextlib.nullcontext()
         try:
-            async with gate:
+            async with self.gate(ctx):
                 text = await self.services.vision.describe(data, asset.media_type)
         except PermanentError as exc:
             log.warning(

@@ -29,7 +29,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from runtime.api import ConfigurationError, PermanentError
-from stages.cohere_errors import make_client, translated
+from stages.cohere_errors import CohereAdapter, cohere_knobs, translated
 from stages.vision_protocol import VisionModel
 
 if TYPE_CHECKING:
@@ -123,22 +123,16 @@ class CohereVisionConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_pixels: int = 4_000_000
 
 
-class CohereVision:
+class CohereVision(CohereAdapter):
     """:class:`VisionModel` backed by a vision-capable Cohere chat model."""
 
     def __init__(self, config: CohereVisionConfig) -> None:
+        super().__init__(config.api_key, config.base_url, config.timeout_s)
         self.config = config
-        # The SDK never retries: ragline's worker owns retries (see stages/cohere_errors.py).
-        self._client, self._http = make_client(config.api_key, config.base_url, config.timeout_s)
 
     @property
     def name(self) -> str:
         return f"cohere/{self.config.model}"
-
-    @property
-    def metered(self) -> bool:
-        """Calls count against a provider's quota (``RAGLINE_VISION_RPM`` applies)."""
-        return True
 
     async def describe(self, image: bytes, media_type: str) -> str:
         data, media_type = await anyio.to_thread.run_sync(self._sendable, image)
@@ -166,9 +160,6 @@ class CohereVision:
         if media_type in COHERE_MEDIA_TYPES and len(image) <= self.config.max_image_bytes:
             return image, media_type
         return encode_png(decode_rgb(image, max_pixels=self.config.max_pixels)), "image/png"
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
 
 
 def _response_text(content: Sequence[Any] | None) -> str:
@@ -317,12 +308,4 @@ def vision_for(settings: VisionSettings) -> VisionModel:
         )
     if not settings.api_key:
         raise ConfigurationError("RAGLINE_VISION=cohere needs COHERE_API_KEY")
-    defaults = CohereVisionConfig(api_key=settings.api_key)
-    return CohereVision(
-        CohereVisionConfig(
-            api_key=settings.api_key,
-            base_url=settings.base_url,
-            model=settings.model or defaults.model,
-            timeout_s=settings.timeout_s or defaults.timeout_s,
-        )
-    )
+    return CohereVision(CohereVisionConfig(**cohere_knobs(settings)))

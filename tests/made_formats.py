@@ -222,17 +222,37 @@ def make_xps(path: Path) -> Path:
     return path
 
 
-def make_fb2(path: Path) -> Path:
-    heading, body = TOPICS["fb2"]
-    path.write_text(
+#: The formats that are one UTF-8 text: a template filled with the format's topic.
+UTF8_TEMPLATES = {
+    "fb2": (
         '<?xml version="1.0" encoding="utf-8"?>\n'
         '<FictionBook xmlns="http://www.gribuser.ru/xml/fictionbook/2.0">'
-        f"<description><title-info><book-title>{heading}</book-title></title-info>"
-        f"</description><body><section><title><p>{heading}</p></title><p>{body}</p>"
-        "</section></body></FictionBook>",
-        encoding="utf-8",
-    )
+        "<description><title-info><book-title>{heading}</book-title></title-info>"
+        "</description><body><section><title><p>{heading}</p></title><p>{body}</p>"
+        "</section></body></FictionBook>"
+    ),
+    "md": (
+        "Notes on the sea.\n\n# {heading}\n\n{body}\n\n```\n# a comment, not a heading\n```\n\n"
+        "## Spring tides\n\nWhen sun and moon align the range is largest.\n"
+    ),
+    "html": (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Roastery</title>"
+        "<style>p{{color:red}}</style><script>var hidden = 'never indexed';</script></head>"
+        "<body><p>Welcome.</p><h1>{heading}</h1><p>{body}</p><h2>First crack</h2>"
+        "<p>At about 196 °C the beans pop audibly.</p></body></html>"
+    ),
+}
+
+
+def make_utf8(path: Path, suffix: str) -> Path:
+    """The format ``suffix`` of :data:`UTF8_TEMPLATES`, about its topic."""
+    heading, body = TOPICS[suffix]
+    path.write_text(UTF8_TEMPLATES[suffix].format(heading=heading, body=body), encoding="utf-8")
     return path
+
+
+def make_fb2(path: Path) -> Path:
+    return make_utf8(path, "fb2")
 
 
 def make_mobi(path: Path) -> Path:
@@ -261,13 +281,7 @@ def make_mobi(path: Path) -> Path:
 
 
 def make_markdown(path: Path) -> Path:
-    heading, body = TOPICS["md"]
-    path.write_text(
-        f"Notes on the sea.\n\n# {heading}\n\n{body}\n\n```\n# a comment, not a heading\n```\n\n"
-        "## Spring tides\n\nWhen sun and moon align the range is largest.\n",
-        encoding="utf-8",
-    )
-    return path
+    return make_utf8(path, "md")
 
 
 def make_text(path: Path) -> Path:
@@ -279,15 +293,7 @@ def make_text(path: Path) -> Path:
 
 
 def make_html(path: Path) -> Path:
-    heading, body = TOPICS["html"]
-    path.write_text(
-        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Roastery</title>"
-        "<style>p{color:red}</style><script>var hidden = 'never indexed';</script></head>"
-        f"<body><p>Welcome.</p><h1>{heading}</h1><p>{body}</p><h2>First crack</h2>"
-        "<p>At about 196 °C the beans pop audibly.</p></body></html>",
-        encoding="utf-8",
-    )
-    return path
+    return make_utf8(path, "html")
 
 
 def make_docx(path: Path) -> Path:

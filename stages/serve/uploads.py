@@ -29,14 +29,13 @@ from litestar.exceptions import InternalServerException
 
 import schema
 from runtime.api import DocumentRepository, InvalidDocument, NewDocument, Submitted
-from stages.assets import AssetStore, original_key
+from stages.assets import AssetStore, Stored, original_key
 from stages.formats.detect import by_media_type, detect
 from stages.serve.problems import problem
+from stages.submit import FIRST_STAGE, PDF, new_document
 
 Q = schema.load("serve")
 
-PDF = "application/pdf"
-FIRST_STAGE = "parse"
 _FLUSH = 1 << 20
 MAX_FILENAME = 255
 MAX_IDEMPOTENCY_KEY = 200
@@ -247,18 +246,14 @@ async def receive(
         raise
 
 
-class Stored(msgspec.Struct, frozen=True, kw_only=True):
-    document_id: uuid.UUID
-    created: bool
-
-
-async def put_spooled(assets: AssetStore, key: str, path: Path, media_type: str = PDF) -> None:
+async def put_spooled(assets: AssetStore, key: str, spooled: Spooled) -> Stored:
     """Into the asset store: renamed into place when the store is a directory on the same
-    file system (one write of the bytes in all), else copied or uploaded."""
+    file system (one write of the bytes in all), else copied or uploaded. Returns what is
+    stored, as :meth:`AssetStore.put_stream` does (the spool hashed and counted it)."""
     move_in = getattr(assets, "move_file_in", None)
-    if move_in is not None and await move_in(key, path):
-        return
-    await assets.put_file(key, path, media_type)
+    if move_in is None or not await move_in(key, spooled.path):
+        await assets.put_file(key, spooled.path, spooled.media_type)
+    return Stored(key=key, sha256=spooled.sha256, size=spooled.byte_size)
 
 
 class _KeyTaken(Exception):
@@ -271,51 +266,35 @@ async def store(
     spooled: Spooled,
     idempotency_key: str | None,
     collection: str = "default",
-) -> Stored:
+) -> Submitted:
     """Bytes into the asset store (durable), then the document row + first job, atomically."""
     if idempotency_key is not None:
         known = await pool.fetchval(Q["find_upload_key"], idempotency_key)
         if known is not None:
-            return Stored(document_id=known, created=False)
+            return Submitted(document_id=known, created=False)
     docs = DocumentRepository(pool)
     existing = await docs.find_by_sha256(spooled.sha256, collection)
     if existing is not None:
-        return Stored(document_id=existing.id, created=False)
+        return Submitted(document_id=existing.id, created=False)
     doc_id = uuid.uuid4()
-    key = original_key(doc_id, spooled.sha256)
-    await put_spooled(assets, key, spooled.path, spooled.media_type)
+    stored = await put_spooled(assets, original_key(doc_id, spooled.sha256), spooled)
+    new = new_document(doc_id, spooled.filename, spooled.media_type, stored, collection)
     try:
-        result = await _commit(pool, spooled, doc_id, key, idempotency_key, collection)
+        result = await _commit(pool, new, idempotency_key)
     except _KeyTaken:
-        await assets.delete(key)
+        await assets.delete(stored.key)
         known = await pool.fetchval(Q["find_upload_key"], idempotency_key)
-        return Stored(document_id=known, created=False)
+        return Submitted(document_id=known, created=False)
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await assets.delete(key)
+            await assets.delete(stored.key)
         raise
     if not result.created:  # lost a race with a concurrent upload of the same bytes
-        await assets.delete(key)
-    return Stored(document_id=result.document_id, created=result.created)
+        await assets.delete(stored.key)
+    return result
 
 
-async def _commit(
-    pool: asyncpg.Pool[Any],
-    spooled: Spooled,
-    doc_id: uuid.UUID,
-    key: str,
-    idem: str | None,
-    collection: str = "default",
-) -> Submitted:
-    new = NewDocument(
-        id=doc_id,
-        filename=spooled.filename,
-        media_type=spooled.media_type,
-        byte_size=spooled.byte_size,
-        sha256=spooled.sha256,
-        asset_key=key,
-        collection=collection,
-    )
+async def _commit(pool: asyncpg.Pool[Any], new: NewDocument, idem: str | None) -> Submitted:
     async with pool.acquire() as conn, conn.transaction():
         result = await DocumentRepository(pool).submit(new, FIRST_STAGE, conn=conn)
         if (

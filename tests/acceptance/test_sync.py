@@ -64,14 +64,15 @@ class IndexState(msgspec.Struct, frozen=True):
     stray_points: int
 
 
-def index_state(dsn: str, data_dir: Path, env: dict[str, str]) -> IndexState:
-    """Documents of every source, with their points counted in the vector index."""
+def index_state(cli: Cli) -> IndexState:
+    """Documents of every source of ``cli``'s database and data dir, with their points
+    counted in the vector index."""
 
     async def go() -> IndexState:
-        services = Services(env, data_dir)
+        services = Services(cli.env, cli.data_dir)
         async with services.lifespan():
             refs = await services.index.scan(services.collection)
-        conn = await asyncpg.connect(dsn)
+        conn = await asyncpg.connect(cli.dsn)
         try:
             rows = await conn.fetch(
                 "SELECT d.id::text AS id, d.source_uri, d.generation, d.status::text AS status,"
@@ -134,6 +135,13 @@ def cohere() -> Iterator[FakeCohere]:
         yield server
 
 
+@pytest.fixture
+def cli(dsn: str, tmp_path: Path, cohere: FakeCohere) -> Cli:
+    """The CLI on this test's database, its data dir under ``tmp_path``, embedding with
+    ``cohere``."""
+    return Cli(dsn, tmp_path / "data", tmp_path / "logs", **cohere_env(cohere))
+
+
 def synced(cli: Cli, source: str, *args: str) -> Result:
     result = cli.run("sync", source, QUIET, "--json", *args)
     assert result.code == EXIT_OK, result
@@ -141,9 +149,9 @@ def synced(cli: Cli, source: str, *args: str) -> Result:
     return result
 
 
-def test_folder_edit_rename_delete_add(dsn: str, tmp_path: Path, cohere: FakeCohere) -> None:
-    env = cohere_env(cohere)
-    cli = Cli(dsn, tmp_path / "data", tmp_path / "logs", **env)
+def test_folder_edit_rename_delete_add(
+    cli: Cli, dsn: str, tmp_path: Path, cohere: FakeCohere
+) -> None:
     src = tmp_path / "src"
     write_pdf(src / "a.pdf", "aardvarks eat ants in august")
     write_pdf(src / "b.pdf", "bears browse blackberry brambles")
@@ -153,7 +161,7 @@ def test_folder_edit_rename_delete_add(dsn: str, tmp_path: Path, cohere: FakeCoh
     first = synced(cli, str(src)).json()
     assert first["counts"] == {"new": 4, "changed": 0, "moved": 0, "deleted": 0, "unchanged": 0}
     assert first["ready"] == 4
-    before = index_state(dsn, cli.data_dir, env)
+    before = index_state(cli)
     assert_index_equals(before, files_under(src))
 
     write_pdf(src / "a.pdf", "albatrosses glide above the atlantic")  # edit
@@ -174,7 +182,7 @@ def test_folder_edit_rename_delete_add(dsn: str, tmp_path: Path, cohere: FakeCoh
 
     second = synced(cli, str(src)).json()
     assert second["counts"] == plan.json()["counts"]
-    after = index_state(dsn, cli.data_dir, env)
+    after = index_state(cli)
     assert_index_equals(after, files_under(src))
     # Edited: the same document, its next generation; renamed: the same document, as it was.
     assert after.docs["a.pdf"].id == before.docs["a.pdf"].id
@@ -219,16 +227,14 @@ def test_folder_edit_rename_delete_add(dsn: str, tmp_path: Path, cohere: FakeCoh
     third = synced(cli, str(src)).json()
     assert third["counts"]["moved"] == 1 and third["counts"]["new"] == 0
     assert cohere.requests_to("embed") == calls
-    moved = index_state(dsn, cli.data_dir, env)
+    moved = index_state(cli)
     assert_index_equals(moved, files_under(src))
     assert jobs_of(dsn, moved.docs["e-moved.pdf"].id) == 5
 
 
-def test_unchanged_costs_a_stat(dsn: str, tmp_path: Path, cohere: FakeCohere) -> None:
+def test_unchanged_costs_a_stat(cli: Cli, tmp_path: Path) -> None:
     """A second sync of an unchanged folder hashes nothing; a touched file (same bytes,
     new mtime) is hashed once, runs no stage, and is a stat again after."""
-    env = cohere_env(cohere)
-    cli = Cli(dsn, tmp_path / "data", tmp_path / "logs", **env)
     src = tmp_path / "src"
     for i in range(3):
         write_pdf(src / f"f{i}.pdf", f"file number {i} about foxes")
@@ -273,7 +279,7 @@ def test_bucket_edit_rename_delete_add(
     source = f"s3://{bucket}/docs/"
     first = synced(cli, source).json()
     assert first["counts"]["new"] == 3
-    before = index_state(dsn, cli.data_dir, env)
+    before = index_state(cli)
     assert_index_equals(before, {"a.pdf", "b.pdf", "c.pdf"})
 
     # The same length of text, so likely the same size and, within the second, the same
@@ -286,7 +292,7 @@ def test_bucket_edit_rename_delete_add(
     calls = cohere.requests_to("embed")
     second = synced(cli, source).json()
     assert second["counts"] == {"new": 1, "changed": 1, "moved": 1, "deleted": 1, "unchanged": 0}
-    after = index_state(dsn, cli.data_dir, env)
+    after = index_state(cli)
     assert_index_equals(after, {"a.pdf", "sub/b2.pdf", "d.pdf"})
     assert after.docs["sub/b2.pdf"].id == before.docs["b.pdf"].id
     assert after.docs["a.pdf"].generation == 2
@@ -303,23 +309,19 @@ def _copy_source(bucket: str, key: str) -> Any:
     return CopySource(bucket, key)
 
 
-def test_two_syncs_at_once_double_nothing(dsn: str, tmp_path: Path, cohere: FakeCohere) -> None:
-    env = cohere_env(cohere)
-    cli = Cli(dsn, tmp_path / "data", tmp_path / "logs", **env)
+def test_two_syncs_at_once_double_nothing(cli: Cli, dsn: str, tmp_path: Path) -> None:
     src = tmp_path / "src"
     for i in range(8):
         write_pdf(src / f"n{i}.pdf", f"note {i} on nightjars and nettles")
     one, two = cli.start("sync", str(src), QUIET), cli.start("sync", str(src), QUIET)
     assert one.wait().code == EXIT_OK and two.wait().code == EXIT_OK
-    state = index_state(dsn, cli.data_dir, env)
+    state = index_state(cli)
     assert_index_equals(state, files_under(src))
     parse_jobs = sql(dsn, "SELECT count(*) FROM stage_jobs WHERE stage = 'parse'")[0][0]
     assert parse_jobs == 8
 
 
-def test_killed_sync_converges(dsn: str, tmp_path: Path, cohere: FakeCohere) -> None:
-    env = cohere_env(cohere)
-    cli = Cli(dsn, tmp_path / "data", tmp_path / "logs", **env)
+def test_killed_sync_converges(cli: Cli, dsn: str, tmp_path: Path) -> None:
     src = tmp_path / "src"
     for i in range(40):
         write_pdf(src / f"k{i:02}.pdf", f"kittiwake log {i}: {'kelp ' * (i % 7)}")
@@ -336,7 +338,7 @@ def test_killed_sync_converges(dsn: str, tmp_path: Path, cohere: FakeCohere) -> 
     assert total < 40 or unfinished > 0  # it was killed midway
     # The same command again, nothing changed meanwhile: it finishes what the first left.
     synced(cli, str(src))
-    assert_index_equals(index_state(dsn, cli.data_dir, env), files_under(src))
+    assert_index_equals(index_state(cli), files_under(src))
 
     # Killed again while applying edits and deletions, then run again.
     for i in range(0, 40, 2):
@@ -345,7 +347,7 @@ def test_killed_sync_converges(dsn: str, tmp_path: Path, cohere: FakeCohere) -> 
         write_pdf(src / f"k{i:02}.pdf", f"kestrel log {i}")
     killed_when("SELECT count(*) >= 1 FROM source_tombstones")
     synced(cli, str(src))
-    assert_index_equals(index_state(dsn, cli.data_dir, env), files_under(src))
+    assert_index_equals(index_state(cli), files_under(src))
     texts = " ".join(h["text"] for h in search_all(cli))
     assert "kestrel log 1" in texts and "kittiwake log 0" not in texts
 
@@ -356,9 +358,7 @@ TWO = "SELECT id, generation, source_uri FROM documents WHERE collection = 'bird
 TWO = "SELECT id, generation, source_uri FROM documents WHERE collection = 'birds-two' ORDER BY id"
 
 
-def test_sources_keep_to_their_collection(dsn: str, tmp_path: Path, cohere: FakeCohere) -> None:
-    env = cohere_env(cohere)
-    cli = Cli(dsn, tmp_path / "data", tmp_path / "logs", **env)
+def test_sources_keep_to_their_collection(cli: Cli, dsn: str, tmp_path: Path) -> None:
     one, two = tmp_path / "one", tmp_path / "two"
     write_pdf(one / "p.pdf", "puffins on the point")
     write_pdf(two / "q.pdf", "quail in the quarry")
@@ -376,9 +376,7 @@ def test_sources_keep_to_their_collection(dsn: str, tmp_path: Path, cohere: Fake
     assert wrong.code == EXIT_USAGE and "collection" in wrong.err, wrong
 
 
-def test_watch_syncs_what_changes(dsn: str, tmp_path: Path, cohere: FakeCohere) -> None:
-    env = cohere_env(cohere)
-    cli = Cli(dsn, tmp_path / "data", tmp_path / "logs", **env)
+def test_watch_syncs_what_changes(cli: Cli, dsn: str, tmp_path: Path) -> None:
     src = tmp_path / "src"
     write_pdf(src / "w1.pdf", "wagtails by the water")
     watching = cli.start("sync", str(src), "--watch", QUIET, RAGLINE_SYNC_POLL_S="30")
@@ -398,4 +396,4 @@ def test_watch_syncs_what_changes(dsn: str, tmp_path: Path, cohere: FakeCohere) 
         watching.signal(signal.SIGINT)
         result = watching.wait()
     assert result.code == EXIT_INTERRUPTED, result
-    assert_index_equals(index_state(dsn, cli.data_dir, env), {"w2.pdf"})
+    assert_index_equals(index_state(cli), {"w2.pdf"})

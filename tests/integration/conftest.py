@@ -1,5 +1,5 @@
-"""Fixtures of the integration tests: a fake Cohere-compatible server, an S3 server, and
-embedded PostgreSQL clusters, users and children."""
+"""Fixtures of the integration tests: a fake Cohere-compatible server and the pipeline
+against it, and embedded PostgreSQL clusters, users and children."""
 
 from __future__ import annotations
 
@@ -12,10 +12,13 @@ import secrets
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
+from bench.harness.fake_cohere import FakeCohere
 from runtime.embedded import EmbeddedPostgres
 from tests.support.embedded_helpers import (
     Child,
@@ -24,7 +27,15 @@ from tests.support.embedded_helpers import (
     scratch_base,
     user_exists,
 )
-from tests.support.pipeline_env import FAKE_DIMS, TimedCohere
+from tests.support.pipeline_env import FAKE_DIMS, PipelineEnv, TimedCohere, cohere_env, pipeline_env
+
+
+class OpenPipeline(Protocol):
+    """The ``cohere_pipeline`` fixture."""
+
+    def __call__(
+        self, server: FakeCohere, **extra: str
+    ) -> AbstractAsyncContextManager[PipelineEnv]: ...
 
 
 @pytest.fixture
@@ -32,6 +43,18 @@ def fake_cohere() -> Iterator[TimedCohere]:
     """A local Cohere-compatible server for this test."""
     with TimedCohere(dims=FAKE_DIMS) as server:
         yield server
+
+
+@pytest.fixture
+def cohere_pipeline(dsn: str, tmp_path: Path) -> OpenPipeline:
+    """``cohere_pipeline(server, **extra)`` opens the pipeline on this test's database, its
+    data dir under ``tmp_path``, with the Cohere embedder against ``server`` (usually
+    ``fake_cohere``) and ``extra`` environment on top."""
+
+    def open_env(server: FakeCohere, **extra: str) -> AbstractAsyncContextManager[PipelineEnv]:
+        return pipeline_env(dsn, tmp_path / "d", **cohere_env(server, **extra))
+
+    return open_env
 
 
 @pytest.fixture(scope="session")

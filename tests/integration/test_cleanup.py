@@ -4,7 +4,6 @@ of every status and every model's collection; `delete` empties every collection.
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -13,14 +12,8 @@ from runtime.models import DocumentStatus, JobState
 from stages import migrate_model, store
 from stages.vector_index import collection_name, new_point
 from stages.verify import delete_everywhere, repair, verify
-from tests.support.pipeline_env import (
-    FAKE_DIMS,
-    PipelineEnv,
-    TimedCohere,
-    cohere_env,
-    pipeline_env,
-    sample,
-)
+from tests.integration.conftest import OpenPipeline
+from tests.support.pipeline_env import FAKE_DIMS, PipelineEnv, TimedCohere, sample
 
 pytestmark = pytest.mark.anyio
 
@@ -30,9 +23,9 @@ async def points_in(env: PipelineEnv, collection: str, doc_id: uuid.UUID) -> int
 
 
 async def test_the_sweep_failing_an_index_job_removes_its_partial_points(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, fake_cohere: TimedCohere
 ) -> None:
-    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         doc_id = (await env.submit(sample("sourdough.pdf"))).document_id
         await env.run(("parse", "chunk", "vision", "embed"))
         # A worker leased the index job on its last attempt, wrote part of the points,
@@ -62,9 +55,9 @@ async def test_the_sweep_failing_an_index_job_removes_its_partial_points(
 
 
 async def test_verify_covers_failed_documents_and_every_collection(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, fake_cohere: TimedCohere
 ) -> None:
-    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         ids = await env.submit_all([sample("sourdough.pdf"), sample("lighthouses.pdf")])
         await env.run()
         old = env.probe.collection
@@ -111,9 +104,9 @@ async def test_verify_covers_failed_documents_and_every_collection(
 
 
 async def test_delete_removes_points_from_every_collection(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, fake_cohere: TimedCohere
 ) -> None:
-    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         [doc_id] = await env.submit_all([sample("sourdough.pdf")])
         await env.run()
         # While a model switch builds, the pipeline writes both models' collections.

@@ -15,7 +15,8 @@ import pymupdf
 import pytest
 
 from runtime.models import DocumentStatus
-from tests.support.pipeline_env import TimedCohere, cohere_env, copy_sample, pipeline_env
+from tests.integration.conftest import OpenPipeline
+from tests.support.pipeline_env import TimedCohere, copy_sample
 
 pytestmark = pytest.mark.anyio
 
@@ -40,7 +41,7 @@ def bomb_pdf(path: Path) -> None:
 
 
 async def test_hostile_file_names_are_just_names(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, tmp_path: Path, fake_cohere: TimedCohere
 ) -> None:
     name = "..;$(touch PWNED) `id` & 'x' | ..pdf"
     folder = tmp_path / "in"
@@ -48,7 +49,7 @@ async def test_hostile_file_names_are_just_names(
     path = folder / name
     copy_sample("lighthouses.pdf", path)
     cwd = os.getcwd()
-    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         [doc_id] = await env.submit_all([path])
         await env.run()
         doc = await env.doc(doc_id)
@@ -56,22 +57,22 @@ async def test_hostile_file_names_are_just_names(
         assert doc.asset_key is not None and name not in doc.asset_key
         assert ".." not in doc.asset_key
         await env.assert_indexed(doc_id)
-    assert_no_trace(tmp_path, Path(cwd), name)
+    assert_no_trace(tmp_path, Path(cwd), env.data_dir, name)
 
 
-def assert_no_trace(tmp_path: Path, cwd: Path, name: str) -> None:
+def assert_no_trace(tmp_path: Path, cwd: Path, data_dir: Path, name: str) -> None:
     """Nothing ran the name as a command, and no stored path contains it."""
     assert not (tmp_path / "PWNED").exists() and not (cwd / "PWNED").exists()
-    stored = [p for p in (tmp_path / "d").rglob("*") if p.is_file()]
+    stored = [p for p in data_dir.rglob("*") if p.is_file()]
     assert stored and all(name not in str(p) for p in stored)
 
 
 async def test_zero_page_pdf_fails_at_parse_once(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, tmp_path: Path, fake_cohere: TimedCohere
 ) -> None:
     path = tmp_path / "empty-pages.pdf"
     path.write_bytes(ZERO_PAGE_PDF)
-    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         [doc_id] = await env.submit_all([path])
         await env.run()
         doc = await env.doc(doc_id)
@@ -83,11 +84,11 @@ async def test_zero_page_pdf_fails_at_parse_once(
 
 
 async def test_decompression_bomb_image_is_skipped_and_text_kept(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, tmp_path: Path, fake_cohere: TimedCohere
 ) -> None:
     path = tmp_path / "bomb.pdf"
     bomb_pdf(path)
-    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         [doc_id] = await env.submit_all([path])
         await env.run()
         doc = await env.doc(doc_id)

@@ -12,14 +12,8 @@ import pytest
 from bench.harness.fake_cohere import Fault
 from runtime.models import DocumentStatus, JobRow, JobState
 from runtime.providers import CircuitConfig
-from tests.support.pipeline_env import (
-    PipelineEnv,
-    TimedCohere,
-    cohere_env,
-    long_pdf,
-    pipeline_env,
-    sample,
-)
+from tests.integration.conftest import OpenPipeline
+from tests.support.pipeline_env import PipelineEnv, TimedCohere, long_pdf, sample
 
 pytestmark = pytest.mark.anyio
 
@@ -41,10 +35,10 @@ async def unique_texts(env: PipelineEnv, doc_id: uuid.UUID) -> int:
 
 
 async def test_batches_are_at_most_96_and_as_few_as_possible(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, tmp_path: Path, fake_cohere: TimedCohere
 ) -> None:
     pdf = long_pdf(tmp_path / "harbour-log.pdf", 220)
-    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere, **SMALL_CHUNKS)) as env:
+    async with cohere_pipeline(fake_cohere, **SMALL_CHUNKS) as env:
         doc_id = (await env.submit(pdf)).document_id
         await env.run()
 
@@ -61,9 +55,9 @@ async def test_batches_are_at_most_96_and_as_few_as_possible(
 
 
 async def test_same_text_again_costs_no_embedding_request(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, fake_cohere: TimedCohere
 ) -> None:
-    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         first = (await env.submit(sample("lighthouses.pdf"))).document_id
         await env.run()
         sent = fake_cohere.requests_to("embed")
@@ -93,10 +87,10 @@ TRANSIENT_FAULTS = [
 
 @pytest.mark.parametrize(("fault", "kind"), TRANSIENT_FAULTS)
 async def test_a_transient_fault_is_retried_until_ready_without_counting_an_attempt(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere, fault: Fault, kind: str
+    cohere_pipeline: OpenPipeline, fake_cohere: TimedCohere, fault: Fault, kind: str
 ) -> None:
     fake_cohere.add_faults([fault])
-    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         doc_id = (await env.submit(sample("sourdough.pdf"))).document_id
         await env.run()
 
@@ -111,10 +105,10 @@ async def test_a_transient_fault_is_retried_until_ready_without_counting_an_atte
 
 
 async def test_persistent_server_errors_fail_the_document_after_the_retry_budget(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, fake_cohere: TimedCohere
 ) -> None:
     fake_cohere.outage(500)
-    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         doc_id = (await env.submit(sample("sourdough.pdf"))).document_id
         await env.run(retry_for_s=1.0, circuit=FAST_CIRCUIT)
 
@@ -130,10 +124,10 @@ async def test_persistent_server_errors_fail_the_document_after_the_retry_budget
 
 
 async def test_bad_request_fails_at_once(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, fake_cohere: TimedCohere
 ) -> None:
     fake_cohere.add_faults([Fault(status=400, endpoint="embed", message="invalid input_type")])
-    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         doc_id = (await env.submit(sample("sourdough.pdf"))).document_id
         await env.run()
 
@@ -146,12 +140,12 @@ async def test_bad_request_fails_at_once(
 
 
 async def test_each_batch_is_checkpointed_and_a_retry_sends_only_the_rest(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, tmp_path: Path, fake_cohere: TimedCohere
 ) -> None:
     pdf = long_pdf(tmp_path / "harbour-log.pdf", 220)
     # The first request passes (an empty fault), the second gets a 500.
     fake_cohere.add_faults([Fault(endpoint="embed"), Fault(status=500, endpoint="embed")])
-    async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere, **SMALL_CHUNKS)) as env:
+    async with cohere_pipeline(fake_cohere, **SMALL_CHUNKS) as env:
         model = env.probe.embedder.model
         # One attempt per job: the attempt checkpointed a batch, so its failure is not
         # counted and the retry still runs.

@@ -258,15 +258,26 @@ def test_embedder_from_env_choices() -> None:
     assert isinstance(embedder_from_env({"COHERE_API_KEY": "k"}), CohereEmbedder)
     forced = embedder_from_env({"COHERE_API_KEY": "k", "RAGLINE_EMBEDDER": "local"})
     assert isinstance(forced, LocalEmbedder)
-    with pytest.raises(ConfigurationError, match="needs COHERE_API_KEY"):
-        embedder_from_env({"RAGLINE_EMBEDDER": "cohere"})
-    with pytest.raises(
-        ConfigurationError,
-        match="RAGLINE_EMBEDDER='openai' is invalid: expected one of local, cohere",
-    ):
-        embedder_from_env({"RAGLINE_EMBEDDER": "openai"})
-    with pytest.raises(ConfigurationError, match="RAGLINE_EMBED_DIMENSIONS='many' is invalid"):
-        embedder_from_env({"COHERE_API_KEY": "k", "RAGLINE_EMBED_DIMENSIONS": "many"})
+
+
+#: Environments no embedder is made from, and what the refusal says (a regex).
+REFUSED = [
+    ({"RAGLINE_EMBEDDER": "cohere"}, "needs COHERE_API_KEY"),
+    (
+        {"RAGLINE_EMBEDDER": "openai"},
+        "RAGLINE_EMBEDDER='openai' is invalid: expected one of local, cohere",
+    ),
+    (
+        {"COHERE_API_KEY": "k", "RAGLINE_EMBED_DIMENSIONS": "many"},
+        "RAGLINE_EMBED_DIMENSIONS='many' is invalid",
+    ),
+]
+
+
+@pytest.mark.parametrize(("env", "refusal"), REFUSED)
+def test_embedder_from_env_refusals(env: dict[str, str], refusal: str) -> None:
+    with pytest.raises(ConfigurationError, match=refusal):
+        embedder_from_env(env)
 
 
 # --------------------------------------------------------------------------- local

@@ -12,8 +12,9 @@ import pytest
 from runtime.errors import InvalidDocument
 from runtime.models import DocumentStatus
 from stages.formats import by_media_type
+from tests.integration.conftest import OpenPipeline
 from tests.made_formats import FORMAT_NAMES, MAKERS, PICTURE_WORDS, TOPICS, damaged, make_all
-from tests.support.pipeline_env import TimedCohere, cohere_env, pipeline_env
+from tests.support.pipeline_env import TimedCohere, pipeline_env
 
 pytestmark = pytest.mark.anyio
 
@@ -70,7 +71,7 @@ async def test_every_format_is_ingested_end_to_end_with_ocr(dsn: str, tmp_path: 
 
 
 async def test_a_damaged_file_of_each_format_fails_once_at_parse(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, tmp_path: Path, fake_cohere: TimedCohere
 ) -> None:
     good = tmp_path / "good"
     good.mkdir()
@@ -81,7 +82,7 @@ async def test_a_damaged_file_of_each_format_fails_once_at_parse(
         path = bad_dir / f"damaged.{suffix}"
         path.write_bytes(damaged(make(good / f"x.{suffix}"), suffix))
         bad[suffix] = path
-    async with pipeline_env(dsn, tmp_path / "data", **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         ids = {suffix: (await env.submit(path)).document_id for suffix, path in bad.items()}
         await env.run()
         for suffix, doc_id in ids.items():

@@ -17,14 +17,13 @@ from stages import migrate_model, model_switch
 from stages.pipeline import pipeline_for
 from stages.qdrant_index import QdrantConfig, QdrantIndex
 from stages.services import Services
+from tests.integration.conftest import OpenPipeline
 from tests.support.pipeline_env import (
     FAKE_DIMS,
     TEST_CONCURRENCY,
     PipelineEnv,
     TimedCohere,
-    cohere_env,
     long_pdf,
-    pipeline_env,
     sample,
 )
 
@@ -73,10 +72,10 @@ async def points_per_document(index: QdrantIndex, collection: str) -> dict[str, 
 
 
 async def test_switch_on_qdrant_moves_the_alias_and_drops_the_old_collection(
-    tmp_path: Path, dsn: str, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, tmp_path: Path, fake_cohere: TimedCohere
 ) -> None:
     index = SharedIndex(QdrantConfig(location=":memory:"))
-    async with pipeline_env(dsn, tmp_path, **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         await env.submit_all([sample("sourdough.pdf"), sample("lighthouses.pdf")])
         await run_pipeline(env, index)
         svc = services(env, index)
@@ -115,10 +114,10 @@ async def test_switch_on_qdrant_moves_the_alias_and_drops_the_old_collection(
 
 
 async def test_a_second_target_is_refused_and_cancel_leaves_search_alone(
-    tmp_path: Path, dsn: str, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, fake_cohere: TimedCohere
 ) -> None:
     index = SharedIndex(QdrantConfig(location=":memory:"))
-    async with pipeline_env(dsn, tmp_path, **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         await env.submit(sample("sourdough.pdf"))
         await run_pipeline(env, index)
         svc = services(env, index)
@@ -149,10 +148,10 @@ def test_unknown_model_keys_are_refused_in_one_line() -> None:
 
 
 async def test_a_document_reprocessed_while_migrated_is_done_again_at_its_generation(
-    tmp_path: Path, dsn: str, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, fake_cohere: TimedCohere
 ) -> None:
     index = SharedIndex(QdrantConfig(location=":memory:"))
-    async with pipeline_env(dsn, tmp_path, **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         doc = (await env.submit(sample("sourdough.pdf"))).document_id
         await run_pipeline(env, index)
         svc = services(env, index)

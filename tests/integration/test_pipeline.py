@@ -26,12 +26,12 @@ from stages import verify
 from stages.parse import ParseStage
 from stages.pipeline import STAGES
 from stages.vector_index import new_point
+from tests.integration.conftest import OpenPipeline
 from tests.support.corpus import corpus_pdfs
 from tests.support.pipeline_env import (
     SAMPLES,
     PipelineEnv,
     TimedCohere,
-    cohere_env,
     copy_sample,
     pipeline_env,
     sample,
@@ -141,13 +141,13 @@ async def test_a_process_parses_one_pdf_at_a_time(
 
 
 async def test_broken_pdfs_fail_at_parse_once_and_good_ones_finish(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, tmp_path: Path, fake_cohere: TimedCohere
 ) -> None:
     broken = {
         "encrypted.pdf": write_encrypted(tmp_path / "encrypted.pdf"),
         "garbage.pdf": write_garbage_with_header(tmp_path / "garbage.pdf"),
     }
-    async with pipeline_env(dsn, tmp_path / "data", **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         bad_ids = {name: (await env.submit(path)).document_id for name, path in broken.items()}
         good = await env.submit_all([sample("lighthouses.pdf"), sample("sourdough.pdf")])
         await env.run()
@@ -164,21 +164,21 @@ async def test_broken_pdfs_fail_at_parse_once_and_good_ones_finish(
 
 
 async def test_truncated_pdf_fails_at_parse_once(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, tmp_path: Path, fake_cohere: TimedCohere
 ) -> None:
     data = sample("lighthouses.pdf").read_bytes()
     truncated = tmp_path / "truncated.pdf"
     truncated.write_bytes(data[: len(data) // 2])
-    async with pipeline_env(dsn, tmp_path / "data", **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         doc_id = (await env.submit(truncated)).document_id  # has a header: accepted
         await env.run()
         await assert_parse_failed_once(env, doc_id, "truncated.pdf")
 
 
 async def test_an_original_gone_from_the_asset_store_fails_parse_once(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, fake_cohere: TimedCohere
 ) -> None:
-    async with pipeline_env(dsn, tmp_path / "data", **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         doc_id = (await env.submit(sample("lighthouses.pdf"))).document_id
         key = (await env.doc(doc_id)).asset_key
         assert key is not None
@@ -192,9 +192,9 @@ async def test_an_original_gone_from_the_asset_store_fails_parse_once(
 
 
 async def test_resubmitting_the_same_bytes_runs_nothing_again(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, tmp_path: Path, fake_cohere: TimedCohere
 ) -> None:
-    async with pipeline_env(dsn, tmp_path / "data", **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         first = await env.submit(sample("sourdough.pdf"))
         assert first.created
         await env.run()
@@ -212,10 +212,10 @@ async def test_resubmitting_the_same_bytes_runs_nothing_again(
 
 
 async def test_reprocess_from_chunk_with_bigger_chunks_leaves_no_stale_points(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, fake_cohere: TimedCohere
 ) -> None:
     small = {"RAGLINE_CHUNK_TOKENS": "300", "RAGLINE_CHUNK_OVERLAP_TOKENS": "30"}
-    async with pipeline_env(dsn, tmp_path / "data", **cohere_env(fake_cohere, **small)) as env:
+    async with cohere_pipeline(fake_cohere, **small) as env:
         ids = await env.submit_all([sample("lighthouses.pdf"), sample("rust-borrow-checker.pdf")])
         await env.run()
         target, other = ids
@@ -243,9 +243,9 @@ async def test_reprocess_from_chunk_with_bigger_chunks_leaves_no_stale_points(
 
 
 async def test_verify_reports_damage_and_repair_converges(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, fake_cohere: TimedCohere
 ) -> None:
-    async with pipeline_env(dsn, tmp_path / "data", **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         ids = await env.submit_all(sample(name) for name in SAMPLES)
         lost_point, bogus_point, lost_image = ids
         await env.run()
@@ -310,10 +310,10 @@ def small_text_pdfs(count: int) -> list[Path]:
 
 @pytest.mark.corpus
 async def test_corpus_pdfs_all_become_ready(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, fake_cohere: TimedCohere
 ) -> None:
     pdfs = small_text_pdfs(10)
-    async with pipeline_env(dsn, tmp_path / "data", **cohere_env(fake_cohere)) as env:
+    async with cohere_pipeline(fake_cohere) as env:
         ids = await env.submit_all(pdfs)
         await env.run(timeout_s=90)
         assert await env.statuses(ids) == {p.name: "ready" for p in pdfs}

@@ -16,15 +16,8 @@ from bench.harness.fake_cohere import FaultRates
 from runtime.commands import timeline
 from runtime.models import DocumentStatus, JobState
 from runtime.providers import CircuitConfig, provider_states
-from tests.support.pipeline_env import (
-    SAMPLES,
-    PipelineEnv,
-    TimedCohere,
-    cohere_env,
-    long_pdf,
-    pipeline_env,
-    sample,
-)
+from tests.integration.conftest import OpenPipeline
+from tests.support.pipeline_env import SAMPLES, PipelineEnv, TimedCohere, long_pdf, sample
 
 pytestmark = pytest.mark.anyio
 
@@ -53,12 +46,11 @@ async def open_circuit(env: PipelineEnv) -> bool:
 
 
 async def test_a_full_outage_mid_run_ends_with_every_document_ready(
-    dsn: str, tmp_path: Path
+    cohere_pipeline: OpenPipeline, tmp_path: Path
 ) -> None:
     outage_s = 3.0
     with TimedCohere(dims=64) as fake:
-        env_vars = cohere_env(fake, **SMALL_CHUNKS)
-        async with pipeline_env(dsn, tmp_path / "d", **env_vars) as env:
+        async with cohere_pipeline(fake, **SMALL_CHUNKS) as env:
             pdfs = [long_pdf(tmp_path / f"log-{i}.pdf", 120, seed=f"/{i}") for i in range(4)]
             ids = await env.submit_all(pdfs)
             await env.run(("parse", "chunk", "vision"))
@@ -94,13 +86,11 @@ async def test_a_full_outage_mid_run_ends_with_every_document_ready(
     assert len(probes) <= math.ceil(span / PROBE_S) + 1, (len(calls), span)
 
 
-async def test_a_flaky_provider_fails_no_good_document(dsn: str, tmp_path: Path) -> None:
+async def test_a_flaky_provider_fails_no_good_document(cohere_pipeline: OpenPipeline) -> None:
     rates = FaultRates(error_500=0.2, rate_429=0.1, retry_after_s=0.2, seed=7)
+    vision = {"RAGLINE_VISION": "cohere", "RAGLINE_VISION_MODEL": "command-a-vision-07-2025"}
     with TimedCohere(dims=64, rates=rates) as fake:
-        env_vars = cohere_env(
-            fake, RAGLINE_VISION="cohere", RAGLINE_VISION_MODEL="command-a-vision-07-2025"
-        )
-        async with pipeline_env(dsn, tmp_path / "d", **env_vars) as env:
+        async with cohere_pipeline(fake, **vision) as env:
             ids = await env.submit_all(sample(name) for name in SAMPLES)
             await env.run(retry_base_s=0.2, circuit=CIRCUIT, timeout_s=120)
             await assert_all_ready_no_attempt_spent(env, ids)
@@ -109,9 +99,11 @@ async def test_a_flaky_provider_fails_no_good_document(dsn: str, tmp_path: Path)
     assert stats.images_described > 0
 
 
-async def test_a_gateway_answering_only_float_embeddings_is_used(dsn: str, tmp_path: Path) -> None:
+async def test_a_gateway_answering_only_float_embeddings_is_used(
+    cohere_pipeline: OpenPipeline,
+) -> None:
     with TimedCohere(dims=64, float_only=True) as fake:
-        async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake)) as env:
+        async with cohere_pipeline(fake) as env:
             ids = await env.submit_all([sample("sourdough.pdf")])
             await env.run()
             await assert_all_ready_no_attempt_spent(env, ids)
@@ -119,10 +111,10 @@ async def test_a_gateway_answering_only_float_embeddings_is_used(dsn: str, tmp_p
 
 
 async def test_a_400_rejecting_base64_switches_the_process_to_float_once(
-    dsn: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    cohere_pipeline: OpenPipeline, caplog: pytest.LogCaptureFixture
 ) -> None:
     with TimedCohere(dims=64, reject_base64=True) as fake:
-        async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake)) as env:
+        async with cohere_pipeline(fake) as env:
             ids = await env.submit_all(sample(name) for name in SAMPLES)
             with caplog.at_level(logging.WARNING, logger="stages.embedder"):
                 await env.run()

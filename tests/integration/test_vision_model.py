@@ -293,10 +293,19 @@ def test_vision_from_env_choices() -> None:
         vision_from_env({"RAGLINE_VISION": "cohere", "COHERE_API_KEY": "k"}), CohereVision
     )
     assert isinstance(vision_from_env({"RAGLINE_VISION_MODEL": "m"}), LocalOCR)
-    with pytest.raises(ConfigurationError, match="needs COHERE_API_KEY"):
-        vision_from_env({"RAGLINE_VISION": "cohere"})
-    with pytest.raises(
-        ConfigurationError,
-        match="RAGLINE_VISION='gpt' is invalid: expected one of ocr, cohere, none",
-    ):
-        vision_from_env({"RAGLINE_VISION": "gpt"})
+
+
+#: Environments no vision model is made from, and what the refusal says (a regex).
+REFUSED = [
+    ({"RAGLINE_VISION": "cohere"}, "needs COHERE_API_KEY"),
+    (
+        {"RAGLINE_VISION": "gpt"},
+        "RAGLINE_VISION='gpt' is invalid: expected one of ocr, cohere, none",
+    ),
+]
+
+
+@pytest.mark.parametrize(("env", "refusal"), REFUSED)
+def test_vision_from_env_refusals(env: dict[str, str], refusal: str) -> None:
+    with pytest.raises(ConfigurationError, match=refusal):
+        vision_from_env(env)
