@@ -51,12 +51,7 @@ class DocumentRepository:
     ) -> Submitted:
         new_id = await conn.fetchval(
             D["insert_document"],
-            doc.id,
-            doc.filename,
-            doc.media_type,
-            doc.byte_size,
-            doc.sha256,
-            doc.asset_key,
+            *doc.leading_values(),
             doc.forced,
             stage,
             doc.collection,

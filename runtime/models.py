@@ -73,6 +73,18 @@ class NewDocument(msgspec.Struct, frozen=True, kw_only=True):
     #: The collection (tenant) the document belongs to.
     collection: str = "default"
 
+    def leading_values(self) -> tuple[uuid.UUID, str, str, int, str, str | None]:
+        """$1-$6 of every query that inserts a document: id, filename, media type, byte
+        size, sha256, asset key."""
+        return (
+            self.id,
+            self.filename,
+            self.media_type,
+            self.byte_size,
+            self.sha256,
+            self.asset_key,
+        )
+
 
 class Document(msgspec.Struct, frozen=True, kw_only=True):
     id: uuid.UUID

@@ -9,27 +9,20 @@ import msgspec
 from runtime.errors import ConfigurationError
 from runtime.providers import CircuitConfig
 
-DEFAULT_LEASE_S = 60.0
-DEFAULT_POLL_S = 2.0
-DEFAULT_GRACE_S = 10.0
-#: Transient failures retry for this long (from the first of a run), not a count.
-DEFAULT_RETRY_FOR_S = 24 * 3600.0
-DEFAULT_RETRY_BASE_S = 2.0
-DEFAULT_RESCUE_EVERY_S = 5.0
-
 
 class WorkerKnobs(msgspec.Struct, frozen=True, kw_only=True):
     """What a worker flag sets as it is given: the fields and defaults that
     :class:`runtime.cli_options.WorkerOptions` and :class:`WorkerConfig` share."""
 
-    lease_s: float = DEFAULT_LEASE_S
+    lease_s: float = 60.0
     #: 0 means lease_s / 3.
     heartbeat_s: float = 0.0
-    poll_s: float = DEFAULT_POLL_S
-    grace_s: float = DEFAULT_GRACE_S
-    retry_base_s: float = DEFAULT_RETRY_BASE_S
-    retry_for_s: float = DEFAULT_RETRY_FOR_S
-    rescue_every_s: float = DEFAULT_RESCUE_EVERY_S
+    poll_s: float = 2.0
+    grace_s: float = 10.0
+    retry_base_s: float = 2.0
+    #: Transient failures retry for this long (from the first of a run), not a count.
+    retry_for_s: float = 24 * 3600.0
+    rescue_every_s: float = 5.0
     exit_when_idle: bool = False
 
 

@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import msgspec
 
 import schema
-from runtime.api import DbConn, JobRepository, MissingInput, NewJob, Pool, to_struct
+from runtime.api import (
+    DbConn,
+    JobRepository,
+    MissingInput,
+    NewDocument,
+    NewJob,
+    Pool,
+    to_struct,
+)
 
 if TYPE_CHECKING:  # stages.assets imports minio: sync of an unchanged source never needs it
     from stages.assets import AssetStore
@@ -42,12 +50,10 @@ class Known(msgspec.Struct, frozen=True):
     etag: str | None
 
 
-class NewSourceDocument(msgspec.Struct, frozen=True, kw_only=True):
-    id: uuid.UUID
-    filename: str
-    media_type: str
-    byte_size: int
-    sha256: str
+class NewSourceDocument(NewDocument, frozen=True, kw_only=True):
+    """A file of a source as a new document (or version); its collection is the
+    source's, and it is always inserted forced (sync matches files by URI, not by bytes)."""
+
     asset_key: str
     uri: str
     mtime_ns: int
@@ -111,12 +117,7 @@ async def insert_document(
     async with pool.acquire() as conn, conn.transaction():
         created = await conn.fetchval(
             Q["insert_source_document"],
-            doc.id,
-            doc.filename,
-            doc.media_type,
-            doc.byte_size,
-            doc.sha256,
-            doc.asset_key,
+            *doc.leading_values(),
             first_stage,
             source.collection,
             source.id,

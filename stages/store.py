@@ -43,20 +43,28 @@ class Asset(msgspec.Struct, frozen=True, kw_only=True):
     description: str | None = None
 
 
-class ChunkRow(msgspec.Struct, frozen=True, kw_only=True):
-    ordinal: int
-    kind: str
+class ChunkText(msgspec.Struct, frozen=True, kw_only=True):
+    """What every chunk struct holds: the text and the pages it spans."""
+
     text: str
     page_start: int
     page_end: int
-    sha256: str
+
+
+class StoredChunk(ChunkText, frozen=True, kw_only=True):
+    """A chunk as a document's chunks table holds it: its place and the generation that
+    wrote it."""
+
+    ordinal: int
+    kind: str
     generation: int
 
 
-class NewChunk(msgspec.Struct, frozen=True, kw_only=True):
-    text: str
-    page_start: int
-    page_end: int
+class ChunkRow(StoredChunk, frozen=True, kw_only=True):
+    sha256: str
+
+
+class NewChunk(ChunkText, frozen=True, kw_only=True):
     sha256: str
     #: Exact length in the embedder's tokens (None: not counted).
     tokens: int | None = None
@@ -80,13 +88,7 @@ class OverWindow(msgspec.Struct, frozen=True, kw_only=True):
     documents: int
 
 
-class ChunkVector(msgspec.Struct, frozen=True, kw_only=True):
-    ordinal: int
-    kind: str
-    text: str
-    page_start: int
-    page_end: int
-    generation: int
+class ChunkVector(StoredChunk, frozen=True, kw_only=True):
     vector: list[float] | None
     section: str | None = None
 

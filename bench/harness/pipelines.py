@@ -13,6 +13,7 @@ workers started with ``--pipeline bench.harness.pipelines:plugin``):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -39,27 +40,27 @@ CREATE TABLE IF NOT EXISTS test_effects (
 """
 
 
+@dataclasses.dataclass(eq=False)
 class ScriptedStage:
-    def __init__(
-        self,
-        name: str,
-        *,
-        sleep_s: float = 0.0,
-        fail: str | None = None,
-        noop: bool = False,
-    ) -> None:
-        self.name = name
-        self.sleep_s = sleep_s
-        self.fail = fail
-        self.noop = noop
-        self.calls = 0
-        self.failed_jobs: list[int] = []
+    name: str
+    _: dataclasses.KW_ONLY
+    sleep_s: float = 0.0
+    fail: str | None = None
+    #: Fail only the first this many calls (None: every call).
+    fail_calls: int | None = None
+    #: Checkpoint (an empty step) before failing: the attempt made progress.
+    progress: bool = False
+    noop: bool = False
+    calls: int = dataclasses.field(default=0, init=False)
+    failed_jobs: list[int] = dataclasses.field(default_factory=list, init=False)
 
     async def process(self, ctx: JobContext) -> Any:
         self.calls += 1
         if self.sleep_s:
             await anyio.sleep(self.sleep_s)
-        if self.fail:
+        if self.fail and (self.fail_calls is None or self.calls <= self.fail_calls):
+            if self.progress:
+                await ctx.checkpoint(_no_step)
             raise_scripted(self.fail, ctx.job)
         return None if self.noop else os.getpid()
 
@@ -74,6 +75,10 @@ class ScriptedStage:
 
     async def on_failed(self, job: Job) -> None:
         self.failed_jobs.append(job.id)
+
+
+async def _no_step(conn: DbConn) -> None:
+    """A checkpoint that writes nothing."""
 
 
 def raise_scripted(kind: str, job: Job) -> None:

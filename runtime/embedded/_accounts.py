@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import pwd
@@ -81,14 +80,21 @@ def service_user(preferred: str | None = None, fallback: str | None = None) -> p
     preferred = preferred or EXISTING_SERVICE_USER
     fallback = fallback or SERVICE_USER
     for name in (preferred, fallback):
-        with contextlib.suppress(KeyError):
-            return pwd.getpwnam(name)
+        if (entry := account(name)) is not None:
+            return entry
     create_system_user(fallback, preferred)
-    try:
-        return pwd.getpwnam(fallback)
-    except KeyError:
+    if (entry := account(fallback)) is None:
         reason = f"the account tool reported success but '{fallback}' does not exist"
-        raise ConfigurationError(no_service_user(preferred, fallback, reason)) from None
+        raise ConfigurationError(no_service_user(preferred, fallback, reason))
+    return entry
+
+
+def account(name: str) -> pwd.struct_passwd | None:
+    """The account called ``name``; None if there is none."""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        return None
 
 
 def create_system_user(name: str, preferred: str) -> None:
@@ -107,8 +113,7 @@ def create_system_user(name: str, preferred: str) -> None:
             check=True,
         )
     except subprocess.CalledProcessError as exc:
-        with contextlib.suppress(KeyError):
-            pwd.getpwnam(name)
+        if account(name) is not None:
             return  # another process created it at the same time
         reason = last_log_line(f"{exc.stdout}\n{exc.stderr}")
         raise ConfigurationError(no_service_user(preferred, name, reason)) from exc

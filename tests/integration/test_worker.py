@@ -166,22 +166,8 @@ async def test_an_attempt_that_checkpointed_progress_does_not_count(
     dsn: str, pool: asyncpg.Pool[Any]
 ) -> None:
     [doc] = await submit_many(pool, 1, stage="vision")
-
-    class Progressing(ScriptedStage):
-        """Checkpoints one step per attempt, then crashes, five times (max_attempts 3)."""
-
-        async def process(self, ctx: JobContext) -> Any:
-            self.calls += 1
-            if self.calls <= 5:
-
-                async def step(conn: DbConn) -> None:
-                    pass
-
-                await ctx.checkpoint(step)
-                raise ValueError("a bug after a step")
-            return None
-
-    vision = Progressing("vision", noop=True)
+    # Checkpoints one step per attempt, then crashes, five times (max_attempts 3).
+    vision = ScriptedStage("vision", fail="crash", fail_calls=5, progress=True, noop=True)
     await run(scripted_but(vision), dsn, config())
     assert vision.calls == 6
     got = await DocumentRepository(pool).get(doc)
@@ -203,13 +189,7 @@ async def test_rate_limit_snoozes_without_counting_attempts(
     dsn: str, pool: asyncpg.Pool[Any]
 ) -> None:
     [doc] = await submit_many(pool, 1, stage="embed")
-
-    class FlakyEmbed(ScriptedStage):
-        async def process(self, ctx: JobContext) -> Any:
-            self.fail = "ratelimit:0.05" if self.calls < 5 else None
-            return await super().process(ctx)
-
-    embed = FlakyEmbed("embed")
+    embed = ScriptedStage("embed", fail="ratelimit:0.05", fail_calls=5)
     await run(scripted_but(embed), dsn, config())
     assert embed.calls == 6  # five 429s, more than max_attempts, and still fine
     got = await DocumentRepository(pool).get(doc)

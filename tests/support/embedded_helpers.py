@@ -6,7 +6,6 @@ import contextlib
 import hashlib
 import json
 import os
-import pwd
 import shutil
 import signal
 import subprocess
@@ -22,6 +21,8 @@ import msgspec
 
 from bench.harness.db import sql
 from runtime.embedded import EmbeddedPostgres
+from runtime.embedded._accounts import account
+from runtime.embedded._proc import proc_identity
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -155,17 +156,9 @@ class Child:
 def wait_for_exit(pid: int, timeout_s: float = 10.0) -> None:
     """Poll until process ``pid`` is gone (it is not our child, so it cannot be waited for)."""
     deadline = time.monotonic() + timeout_s
-    while _alive(pid):
+    while proc_identity(pid) is not None:
         assert time.monotonic() < deadline, f"process {pid} still alive after {timeout_s} s"
         time.sleep(0.02)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
 
 
 def postmaster_pid(data_dir: Path) -> int:
@@ -182,11 +175,7 @@ def process_uid(pid: int) -> int:
 
 
 def user_exists(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        return False
-    return True
+    return account(name) is not None
 
 
 def outside_location(data_dir: Path) -> Path:
