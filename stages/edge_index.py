@@ -26,6 +26,7 @@ from stages.edge_session import EdgeIndexConfig, Session, Sessions, ensure_shard
 from stages.points import edge_points, payload_of
 from stages.vector_index import (
     COLLECTION_FIELD,
+    DEFAULT_COLLECTION,
     DOCUMENT_FIELD,
     GENERATION_FIELD,
     SCROLL_PAGE,
@@ -65,7 +66,7 @@ def _tenant_filter(tenant: str | None, document_id: uuid.UUID | None = None) -> 
     if tenant is None:
         return None if document_id is None else _edge_filter(document_id)
     match: Any = qe.FieldCondition(COLLECTION_FIELD, match=qe.MatchValue(tenant))
-    if tenant == "default":
+    if tenant == DEFAULT_COLLECTION:
         match = qe.Filter(should=[match, qe.IsEmptyCondition(COLLECTION_FIELD)])
     must: list[Any] = [match]
     if document_id is not None:
