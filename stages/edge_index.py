@@ -9,6 +9,7 @@ seconds per 50k points on 2 cores and would hold the lock that long).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -125,7 +126,7 @@ class EdgeIndex:
                 # index stage's largest CPU cost, and would otherwise hold the event loop.
                 session.write(collection, itertools.chain(self._upserts(points), [stale]))
 
-        await self._run(collection, "replace_document", run)
+        await self._run(collection, "replace_document", run, batch=True)
 
     async def delete_document(
         self, collection: str, document_id: uuid.UUID, *, keep_generation: int | None = None
@@ -217,14 +218,17 @@ class EdgeIndex:
 
         await self._run(collection, "delete", run)
 
-    async def _run(self, collection: str, what: str, fn: Callable[[Session], T]) -> T:
+    async def _run(
+        self, collection: str, what: str, fn: Callable[[Session], T], *, batch: bool = False
+    ) -> T:
         check_collection(collection)
         lock = self._locks.setdefault(collection, anyio.Lock())
         async with lock:
             try:
                 # Not abandoned on cancel: the thread may be loading or writing the shard,
                 # so a cancelled caller waits for the operation to finish.
-                return await anyio.to_thread.run_sync(self._sessions.run, collection, fn)
+                run = functools.partial(self._sessions.run, collection, fn, batch=batch)
+                return await anyio.to_thread.run_sync(run)
             except (MissingInput, ValueError, PermanentError):
                 raise
             except Exception as exc:  # qdrant-edge raises bare Exception
