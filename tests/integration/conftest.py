@@ -1,5 +1,5 @@
-"""Fixtures of the integration tests: a fake Cohere-compatible server, an S3 server, and
-embedded PostgreSQL clusters, users and children."""
+"""Fixtures of the integration tests: a fake Cohere-compatible server, an S3 server,
+embedded PostgreSQL clusters, users and children, and each vector index."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ import os
 import secrets
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from runtime.embedded import EmbeddedPostgres
+from stages.vector_index import VectorIndex
 from tests.support.embedded_helpers import (
     Child,
     LockedPgserver,
@@ -25,6 +26,25 @@ from tests.support.embedded_helpers import (
     user_exists,
 )
 from tests.support.pipeline_env import FAKE_DIMS, TimedCohere
+
+
+@pytest.fixture(params=["qdrant-memory", "edge"])
+async def index(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[VectorIndex]:
+    """Each vector index in turn, for one conformance suite: QdrantIndex on qdrant-client's
+    local mode (":memory:"), EdgeIndex on a tmp dir."""
+    # Imported here: qdrant-client takes half a second to import, and most tests need none.
+    from stages.edge_index import EdgeIndex, EdgeIndexConfig
+    from stages.qdrant_index import QdrantConfig, QdrantIndex
+
+    made: VectorIndex
+    if request.param == "edge":
+        made = EdgeIndex(EdgeIndexConfig(root=tmp_path / "qdrant"))
+    else:
+        made = QdrantIndex(QdrantConfig(location=":memory:"))
+    try:
+        yield made
+    finally:
+        await made.aclose()
 
 
 @pytest.fixture
