@@ -10,7 +10,6 @@ seconds per 50k points on 2 cores and would hold the lock that long).
 from __future__ import annotations
 
 import functools
-import itertools
 import logging
 import os
 import shutil
@@ -119,12 +118,21 @@ class EdgeIndex:
         stale = qe.UpdateOperation.delete_points_by_filter(
             _edge_filter(document_id, not_equal=generation)
         )
+        mine = qe.CountRequest(exact=True, filter=_edge_filter(document_id))
+        distinct = len({p.id for p in points})
 
         def run(session: Session) -> None:
-            if points or session.get() is not None:
-                # Built in the thread: converting payloads into qdrant-edge's points is the
-                # index stage's largest CPU cost, and would otherwise hold the event loop.
-                session.write(collection, itertools.chain(self._upserts(points), [stale]))
+            if not points and session.get() is None:
+                return  # a collection never created holds no stale points
+            # Built in the thread: converting payloads into qdrant-edge's points is the
+            # index stage's largest CPU cost, and would otherwise hold the event loop.
+            session.write(collection, self._upserts(points))
+            # Every point of the document just written is of this generation, so when it
+            # has no more points than that, none is stale: skip the delete, which reads
+            # each of its points' payload (~6 µs a point; the count reads the keyword
+            # index, ~0.4 µs). The session's lock keeps other processes out meanwhile.
+            if not points or session.require(collection).count(mine) != distinct:
+                session.write(collection, [stale])
 
         await self._run(collection, "replace_document", run, batch=True)
 

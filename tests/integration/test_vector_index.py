@@ -320,6 +320,23 @@ async def test_replace_document_upserts_then_drops_other_generations(index: Vect
     assert await index.count(COLLECTION) == 4
 
 
+async def test_replace_document_drops_as_many_points_at_other_ordinals(
+    index: VectorIndex,
+) -> None:
+    """A generation with as many points as the last, none of them at its ordinals: the
+    document ends with the new points only (however the index decides what is stale)."""
+    await index.ensure_collection(COLLECTION, DIM)
+    doc = uuid.uuid4()
+    await index.replace_document(COLLECTION, doc, 1, points(doc, 1, 5))
+    await index.replace_document(COLLECTION, doc, 2, points(doc, 2, 8, start=3))
+    refs = await index.scan(COLLECTION, doc)
+    assert sorted(r.id for r in refs) == sorted(point_id(doc, n) for n in range(3, 8))
+    assert {r.generation for r in refs} == {2}
+    # Same ids, same generation, written again: nothing stale, nothing lost.
+    await index.replace_document(COLLECTION, doc, 2, points(doc, 2, 8, start=3))
+    assert await index.count(COLLECTION, doc) == 5
+
+
 async def test_replace_document_rejects_foreign_points(index: VectorIndex) -> None:
     await index.ensure_collection(COLLECTION, DIM)
     doc = uuid.uuid4()
