@@ -1,7 +1,8 @@
 """End-to-end ingest benchmark: ragline's parse→index next to raw PyMuPDF, in one run.
 
-``python -m bench.ingest [--docs N] [--repeat 3] [--quick]`` creates throwaway databases
-(``ragline_bench_<random>``) on ``DATABASE_URL`` (default: the local server) and prints:
+``python -m bench.ingest [--docs N] [--repeat 3] [--quick] [--index-only]`` creates
+throwaway databases (``ragline_bench_<random>``) on ``DATABASE_URL`` (default: the local
+server) and prints:
 
 1. pages/s of the whole pipeline on the real-PDF corpus with TWO worker processes
    (``python -m runtime --pipeline bench.standins:plugin --exit-when-idle``: the real
@@ -15,6 +16,9 @@
    (less an idle worker's start-up CPU), target ≤ 20 µs;
 2. peak RSS of one ``--stages parse`` worker parsing a 2,000-page PDF, and on the most
    image-heavy corpus file next to raw PyMuPDF's own peak for that file.
+
+``--index-only``: one ragline run (no raw PyMuPDF, no memory section), then the index
+stage's CPU per point; for work on the index stage.
 
 Peak RSS is the kernel's ``ru_maxrss`` of the child process (``os.wait4``).
 """
@@ -147,6 +151,7 @@ class Options(msgspec.Struct, frozen=True, kw_only=True):
     server_dsn: str
     docs: int | None = None
     repeat: int = 3
+    index_only: bool = False
 
 
 class RawFile(msgspec.Struct, frozen=True):
@@ -510,9 +515,20 @@ async def section_memory(dsn: str, data_dir: Path, files: Sequence[Path], raw: R
 # -- entry point --------------------------------------------------------------------------
 
 
+async def index_only(opts: Options, files: Sequence[Path]) -> None:
+    heading(f"Index stage alone: {len(files)} corpus PDFs ingested once, then indexed again")
+    with tempfile.TemporaryDirectory(prefix="ragline-bench-") as tmp:
+        async with bench_database(opts.server_dsn) as dsn:
+            await ragline_run(dsn, Path(tmp), files)
+            await index_cpu_per_point(dsn, Path(tmp))
+
+
 async def main(opts: Options) -> None:
     await banner(opts.server_dsn, "ragline ingest benchmark", f"PyMuPDF {pymupdf.VersionBind}")
     files = corpus_files(opts.docs)
+    if opts.index_only:
+        await index_only(opts, files)
+        return
     end_to_end_heading(files, opts.repeat)
     ratios: list[float] = []
     with tempfile.TemporaryDirectory(prefix="ragline-bench-") as tmp:
@@ -542,12 +558,15 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         "--repeat", type=int, default=3, help="alternating ragline/raw pairs, median (3)"
     )
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_DOCS} documents, 1 pair")
+    parser.add_argument(
+        "--index-only", action="store_true", help="one ragline run, then the index line alone"
+    )
     args = parser.parse_args(argv)
     docs = args.docs if args.docs is not None else (QUICK_DOCS if args.quick else None)
     repeat = 1 if args.quick else args.repeat
     if repeat < 1:
         parser.error("--repeat must be at least 1")
-    return Options(server_dsn=server_dsn(), docs=docs, repeat=repeat)
+    return Options(server_dsn=server_dsn(), docs=docs, repeat=repeat, index_only=args.index_only)
 
 
 if __name__ == "__main__":

@@ -15,24 +15,15 @@ CHECK constraint in PostgreSQL.
 from __future__ import annotations
 
 import re
-import uuid
-from typing import Any
 
-import schema
-from runtime.api import ConfigurationError, Pool
-from stages.vector_index import COLLECTION_FIELD
-
-Q = schema.load("model_switch")
+from runtime.api import ConfigurationError
+from stages.vector_index import COLLECTION_FIELD, DEFAULT_COLLECTION
 
 __all__ = [
     "COLLECTION_FIELD",
     "DEFAULT_COLLECTION",
     "check_collection_name",
-    "document_collection",
 ]
-
-#: The collection of documents submitted without one.
-DEFAULT_COLLECTION = "default"
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 
@@ -50,10 +41,3 @@ def check_collection_name(name: str) -> str:
 def optional_collection(name: str | None) -> str | None:
     """A checked name, or None for 'every collection'."""
     return None if name is None else check_collection_name(name)
-
-
-async def document_collection(pool: Pool, document_id: uuid.UUID) -> str:
-    """The collection of a document (``default`` if the row is gone: its points are
-    about to be deleted anyway)."""
-    found: Any = await pool.fetchval(Q["document_collection"], document_id)
-    return str(found) if found is not None else DEFAULT_COLLECTION

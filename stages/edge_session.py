@@ -1,8 +1,7 @@
 """Sessions of the embedded vector index: who may open a qdrant-edge shard, and for how long.
 
 Used by :class:`stages.edge_index.EdgeIndex`.
-Concurrency
------------
+
 A qdrant-edge shard cannot be open in two processes at once: the second
 ``EdgeShard.load`` fails with ``Can't init WAL: Kind(WouldBlock)`` (the WAL is locked by
 its owner). Several ragline worker processes may share one data dir, so EdgeIndex only
@@ -15,16 +14,24 @@ operations of a process share a *session*: the lock stays held and the shard ope
 the process keeps using it. Holding it for the whole process lifetime would lock every
 other worker (and the CLI's ``search``) out of the index, stalling their jobs until their
 leases expire, so a process that waits for the lock says so: it holds a shared flock on
-``<collection>.waiting`` while it blocks, which the holder probes (a non-blocking
-exclusive flock fails). A wanted session ends once it has been open ``min_hold_s``
-(1 s) and idle ``idle_close_s`` (50 ms; a timer thread looks), or at its next
-operation once open ``max_hold_s`` (2 s); an unwanted one lasts until idle
-``idle_keep_s`` (2 s). The minimum hold matters with several indexing processes: handing
-the lock over after every operation made each one reload the shard every time (measured:
-a third of the index stage's CPU). flock is not fair, so a process that lets go waits
-``yield_s`` before locking again, giving a waiting process its turn. Reads in a session are
-consistent: no other process writes while the lock is held, and every session loads the
-shard afresh.
+``<collection>.waiting`` while it blocks (``<collection>.queued`` when it waits to write a
+document, see below), which the holder probes (a non-blocking exclusive flock fails). A
+wanted session ends once it has been open ``min_hold_s`` (1 s) and idle ``idle_close_s``
+(50 ms; a timer thread looks), or at its next operation once open ``max_hold_s`` (2 s);
+an unwanted one lasts until idle ``idle_keep_s`` (2 s). The minimum hold matters with
+several indexing processes: handing the lock over after every operation made each one
+reload the shard every time (measured: a third of the index stage's CPU).
+
+Index jobs are in no hurry, and each hand-over costs a load (taker) and a flush (giver):
+a session wanted only by processes waiting to write a document (``replace_document``)
+is held ``batch_min_hold_s`` (4 s) and ``batch_max_hold_s`` (8 s) instead; the waiter's
+index slots are taken meanwhile, so the holder claims and writes most index jobs. A
+search, a count or a delete still gets the shard within 1-2 s. flock is not fair, so a
+process that handed its session over waits until the waiters have the lock (their
+markers gone), after any other release ``yield_s``. That wait is bounded by
+``handover_wait_s`` (0.25 s: a waiter that is runnable takes the lock within a few ms;
+one stopped with SIGSTOP never does). Reads in a session are consistent: nobody else
+writes while the lock is held, and every session loads the shard afresh.
 
 Durability: ``EdgeShard.update`` appends to the shard's write-ahead log, which is
 memory-mapped, before it returns; after a SIGKILL the next ``load`` replays it (the
@@ -72,6 +79,9 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
+#: How often a process that handed its session over looks whether the waiters have it.
+_HANDOVER_POLL_S = 0.002
+
 
 class EdgeIndexConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Settings for :class:`EdgeIndex`; ``root`` is usually ``data_dir / "qdrant"``.
@@ -79,9 +89,11 @@ class EdgeIndexConfig(msgspec.Struct, frozen=True, kw_only=True):
     A session (shard open, flock held) lasts while this process uses it. When another
     process waits for the collection, the session ends once it has been open
     ``min_hold_s`` and idle ``idle_close_s``, or at its next operation once open
-    ``max_hold_s``; after letting go, this process waits ``yield_s`` before locking
-    again. With nobody waiting it ends after ``idle_keep_s`` idle, and it flushes at
-    least every ``flush_every_s`` while it lasts.
+    ``max_hold_s`` (``batch_min_hold_s`` and ``batch_max_hold_s`` when the waiting
+    processes only want to write documents); after handing it over, this process waits
+    until the waiting ones took the lock (at most ``handover_wait_s``), after any other
+    release ``yield_s``, before locking again. With nobody waiting it ends after
+    ``idle_keep_s`` idle, and it flushes at least every ``flush_every_s`` while it lasts.
     """
 
     root: Path
@@ -89,21 +101,17 @@ class EdgeIndexConfig(msgspec.Struct, frozen=True, kw_only=True):
     idle_close_s: float = 0.05
     min_hold_s: float = 1.0
     max_hold_s: float = 2.0
+    batch_min_hold_s: float = 4.0
+    batch_max_hold_s: float = 8.0
     idle_keep_s: float = 2.0
     flush_every_s: float = 1.0
     yield_s: float = 0.005
+    handover_wait_s: float = 0.25
 
     def __post_init__(self) -> None:
         if self.batch_size <= 0:
             raise ConfigurationError("EdgeIndexConfig.batch_size must be positive")
-        times = (
-            self.idle_close_s,
-            self.min_hold_s,
-            self.max_hold_s,
-            self.idle_keep_s,
-            self.flush_every_s,
-            self.yield_s,
-        )
+        times = [v for k, v in msgspec.structs.asdict(self).items() if k.endswith("_s")]
         if min(times) < 0:
             raise ConfigurationError("EdgeIndexConfig times must not be negative")
 
@@ -134,6 +142,12 @@ def lock_collection(lock: Path, waiting: Path) -> int:
     return fd
 
 
+def _markers(path: Path) -> tuple[Path, Path]:
+    """The files a process waiting for the collection at ``path`` holds a shared flock
+    on: ``.waiting`` (any operation), ``.queued`` (an index job's write, in no hurry)."""
+    return path.with_name(f"{path.name}.waiting"), path.with_name(f"{path.name}.queued")
+
+
 def is_wanted(waiting: Path) -> bool:
     """Whether another process waits in :func:`lock_collection` for this collection."""
     try:
@@ -152,14 +166,26 @@ def is_wanted(waiting: Path) -> bool:
 class Session:
     """One collection's flock, and its shard once loaded; used under the collection's guard."""
 
-    def __init__(self, fd: int, path: Path, waiting: Path) -> None:
+    def __init__(self, fd: int, path: Path) -> None:
         self.fd = fd
         self.path = path
-        self.waiting = waiting
+        self.waiting, self.queued = _markers(path)
         self.shard: qe.EdgeShard | None = None
         self.opened_at = self.used_at = self.flushed_at = time.monotonic()
         self.dirty = False
         self.timer: threading.Timer | None = None
+
+    def handover_due(self, config: EdgeIndexConfig, *, idle: bool) -> bool:
+        """Whether another process waits for the collection and has waited long enough:
+        this session has been open its minimum hold (``idle``) or its maximum one."""
+        held_s = time.monotonic() - self.opened_at
+        if idle:
+            hold_s, batch_hold_s = config.min_hold_s, config.batch_min_hold_s
+        else:
+            hold_s, batch_hold_s = config.max_hold_s, config.batch_max_hold_s
+        return (held_s >= hold_s and is_wanted(self.waiting)) or (
+            held_s >= batch_hold_s and is_wanted(self.queued)
+        )
 
     def get(self) -> qe.EdgeShard | None:
         """The shard, loaded on first use; None if the collection was never created."""
@@ -214,6 +240,7 @@ class Sessions:
         self._state = threading.Lock()
         self._open: dict[str, Session] = {}
         self._released_at: dict[str, float] = {}
+        self._handed_at: dict[str, float] = {}
 
     def open_collections(self) -> list[str]:
         return list(self._open)
@@ -222,9 +249,11 @@ class Sessions:
         with self._state:
             return self._guards.setdefault(collection, threading.Lock())
 
-    def run(self, collection: str, fn: Callable[[Session], T]) -> T:
+    def run(self, collection: str, fn: Callable[[Session], T], *, batch: bool = False) -> T:
+        """``fn`` in the collection's session; ``batch``: an index job's write, which
+        lets the process holding the collection keep it longer."""
         with self._guard(collection):
-            session = self._session(collection)
+            session = self._session(collection, batch)
             try:
                 result = fn(session)
                 session.flush_if_older(self.config.flush_every_s)
@@ -236,37 +265,51 @@ class Sessions:
             self._arm(collection, session, self.config.idle_close_s)
             return result
 
-    def _session(self, collection: str) -> Session:
+    def _session(self, collection: str, batch: bool) -> Session:
         """The open session, or a new one; a session held ``max_hold_s`` is ended first
         when another process waits, so it gets its turn."""
         config = self.config
         session = self._open.get(collection)
         if session is not None:
-            held_s = time.monotonic() - session.opened_at
-            if held_s < config.max_hold_s or not is_wanted(session.waiting):
+            if not session.handover_due(config, idle=False):
                 return session
-            self._end(collection)
-        # flock is not fair: re-locking at once could starve a process that waits for it.
-        pause = self._released_at.get(collection, -math.inf) + config.yield_s
-        if pause > time.monotonic():
-            time.sleep(pause - time.monotonic())
+            self._end(collection, handover=True)
         root = config.root
         root.mkdir(parents=True, exist_ok=True)
-        waiting = root / f"{collection}.waiting"
-        fd = lock_collection(root / f"{collection}.lock", waiting)
-        session = self._open[collection] = Session(fd, root / collection, waiting)
+        self._wait_turn(collection, root / collection)
+        waiting, queued = _markers(root / collection)
+        fd = lock_collection(root / f"{collection}.lock", queued if batch else waiting)
+        session = self._open[collection] = Session(fd, root / collection)
         return session
 
-    def _end(self, collection: str) -> None:
+    def _wait_turn(self, collection: str, path: Path) -> None:
+        """flock is not fair: re-locking at once could starve a process that waits for
+        it. After a hand-over, wait until the waiting processes have the lock (each drops
+        its marker once it has it, or when it dies) or ``handover_wait_s`` passed; after
+        another release, ``yield_s``."""
+        config, now = self.config, time.monotonic()
+        handed_at = self._handed_at.pop(collection, None)
+        if handed_at is not None:
+            deadline = handed_at + config.handover_wait_s
+            while now < deadline and any(map(is_wanted, _markers(path))):
+                time.sleep(min(_HANDOVER_POLL_S, deadline - now))
+                now = time.monotonic()
+        pause = self._released_at.get(collection, -math.inf) + config.yield_s
+        if pause > now:
+            time.sleep(pause - now)
+
+    def _end(self, collection: str, *, handover: bool = False) -> None:
         session = self._open.pop(collection)
         try:
             session.close()
         finally:
             self._released_at[collection] = time.monotonic()
+            if handover:
+                self._handed_at[collection] = time.monotonic()
 
-    def _end_quietly(self, collection: str) -> None:
+    def _end_quietly(self, collection: str, *, handover: bool = False) -> None:
         try:
-            self._end(collection)
+            self._end(collection, handover=handover)
         except Exception:  # the operation's own error is the one worth reporting
             log.warning("closing embedded vector index %s failed", collection, exc_info=True)
 
@@ -290,10 +333,10 @@ class Sessions:
             if idle_s < config.idle_close_s:
                 self._arm(collection, session, config.idle_close_s - idle_s)
                 return
-            held_s = now - session.opened_at
-            if idle_s >= config.idle_keep_s or (
-                held_s >= config.min_hold_s and is_wanted(session.waiting)
-            ):
+            if session.handover_due(config, idle=True):
+                self._end_quietly(collection, handover=True)
+                return
+            if idle_s >= config.idle_keep_s:
                 self._end_quietly(collection)
                 return
             try:

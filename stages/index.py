@@ -15,7 +15,7 @@ import msgspec
 
 from runtime.api import DbConn, Job, JobContext, MissingInput
 from stages import model_switch, store
-from stages.collections import DEFAULT_COLLECTION, document_collection
+from stages.collections import DEFAULT_COLLECTION
 from stages.heap import release_free_heap
 from stages.services import Services
 from stages.sources import retire_superseded
@@ -26,6 +26,10 @@ from stages.vector_index import (
     Point,
     point_ids,
 )
+
+#: Trim the heap after a document of this many points or more (malloc_trim costs a few
+#: ms, most of an index job of a short document; what a short one frees is reused).
+TRIM_AFTER_POINTS = 1000
 
 
 class Written(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,8 +49,9 @@ class IndexStage:
 
     async def process(self, ctx: JobContext) -> Written:
         job = ctx.job
-        where = await model_switch.targets(ctx.pool, self.services)
-        tenant = await document_collection(ctx.pool, job.document_id)
+        where, found = await model_switch.index_targets(ctx.pool, self.services, job.document_id)
+        # A document whose row is gone: its points are about to be deleted anyway.
+        tenant = found or DEFAULT_COLLECTION
         live = where.live
         rows = await store.chunk_vectors(ctx.pool, job.document_id, live.model)
         if any(r.vector is None for r in rows):
@@ -71,10 +76,12 @@ class IndexStage:
         # The older versions' points are gone now: their stored objects go too (sync).
         await retire_superseded(ctx.pool, self.services.assets, job.document_id, job.generation)
         written = Written(collections=[live.collection], points=len(points))
+        trim = len(rows) >= TRIM_AFTER_POINTS
         del rows, points
         if where.building is not None:
             written = await self._also_target(ctx, where.building, tenant, written)
-        release_free_heap()  # a long document's rows and points
+        if trim:
+            release_free_heap()  # a long document's rows and points
         return written
 
     async def _also_target(

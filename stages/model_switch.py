@@ -138,6 +138,22 @@ async def targets(pool: Pool, services: Services) -> Targets:
     return Targets(live=current, building=building)
 
 
+async def index_targets(
+    pool: Pool, services: Services, document_id: Any
+) -> tuple[Targets, str | None]:
+    """:func:`targets` and the document's collection (None when its row is gone) in one
+    query: the index stage asks on every job."""
+    row: Any = await pool.fetchrow(Q["index_targets"], ALIAS, document_id)
+    if row is None:  # no alias row yet: record the configured model's, the slow way
+        await live(pool, services)
+        row = await pool.fetchrow(Q["index_targets"], ALIAS, document_id)
+    building = None
+    if row["m_id"] is not None:
+        fields = {name: row[f"m_{name}"] for name in Migration.__struct_fields__}
+        building = msgspec.convert(fields, Migration)
+    return Targets(live=live_of(row), building=building), row["tenant"]
+
+
 async def confirm_written(conn: DbConn, written: list[str]) -> Live:
     """In an index job's commit: wait for a swap in progress (share lock on the alias
     row) and check the job wrote the collection that is live now. A swap that committed

@@ -197,10 +197,10 @@ async def retire_superseded(
     """Delete the stored objects of the versions ``generation`` replaced (called once it
     is indexed); returns how many. Deleting twice is harmless, so a crash between the
     deletes and forgetting them converges on the next index run."""
-    keys = [
-        r["object_key"]
-        for r in await db.fetch(Q["due_superseded_objects"], document_id, generation)
-    ]
+    rows = await db.fetch(Q["due_superseded_objects"], document_id, generation)
+    if not rows:
+        return 0
+    keys = [r["object_key"] for r in rows if r["due"]]
     for key in keys:
         await assets.delete(key)
     await db.execute(Q["forget_superseded_objects"], document_id, generation)

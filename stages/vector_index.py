@@ -53,6 +53,8 @@ GENERATION_FIELD = "generation"
 #: Payload field holding the document's collection (tenant); see :mod:`stages.collections`.
 #: Points written before collections existed have none and belong to ``default``.
 COLLECTION_FIELD = "collection"
+#: The collection of documents submitted without one (and of points without the field).
+DEFAULT_COLLECTION = "default"
 #: Points sent per request / per shard update.
 DEFAULT_BATCH = 256
 #: Page size when scrolling a document's point ids.

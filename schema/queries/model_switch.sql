@@ -1,15 +1,26 @@
 -- Named queries for collections and the switch of embedding model (stages.collections,
 -- stages.model_switch).
 
--- name: document_collection
--- The collection of one document.
--- $1 document id
-SELECT collection FROM documents WHERE id = $1;
-
 -- name: get_alias
 -- The live vector collection of an alias.
 -- $1 alias
 SELECT alias, model, dimensions, collection FROM vector_aliases WHERE alias = $1;
+
+-- name: index_targets
+-- What an index job reads before writing, in one round trip: the live vector collection,
+-- the alias's migration while it builds (NULL columns otherwise) and the document's
+-- collection (NULL when the row is gone). No row: the alias is not recorded yet.
+-- $1 alias, $2 document id
+SELECT a.model, a.dimensions, a.collection,
+       (SELECT d.collection FROM documents AS d WHERE d.id = $2) AS tenant,
+       m.id AS m_id, m.alias AS m_alias, m.from_model AS m_from_model,
+       m.from_collection AS m_from_collection, m.to_model AS m_to_model,
+       m.to_dimensions AS m_to_dimensions, m.to_collection AS m_to_collection,
+       m.state AS m_state, m.started_at AS m_started_at, m.swapped_at AS m_swapped_at,
+       m.finished_at AS m_finished_at
+FROM vector_aliases AS a
+LEFT JOIN model_migrations AS m ON m.alias = a.alias AND m.state = 'building'
+WHERE a.alias = $1;
 
 -- name: init_alias
 -- Record the live vector collection the first time it is asked for (the configured model).

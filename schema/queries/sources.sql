@@ -84,15 +84,16 @@ WHERE k IS NOT NULL
 ON CONFLICT (document_id, object_key) DO UPDATE SET generation = excluded.generation;
 
 -- name: due_superseded_objects
--- Objects of versions that generation $2 (or an earlier one) replaced, less those the
--- current version uses itself (same key: same content).
+-- Objects of versions that generation $2 (or an earlier one) replaced, each with whether
+-- it is to be deleted: not when the current version uses it itself (same key: same
+-- content). No row: nothing to delete nor forget (the index stage's usual case).
 -- $1 document id, $2 the generation just indexed
-SELECT s.object_key
+SELECT s.object_key,
+       s.object_key IS DISTINCT FROM (SELECT asset_key FROM documents WHERE id = $1)
+       AND NOT EXISTS (SELECT 1 FROM assets AS a
+                       WHERE a.document_id = $1 AND a.object_key = s.object_key) AS due
 FROM superseded_objects AS s
-WHERE s.document_id = $1 AND s.generation <= $2
-  AND s.object_key IS DISTINCT FROM (SELECT asset_key FROM documents WHERE id = $1)
-  AND NOT EXISTS (
-      SELECT 1 FROM assets AS a WHERE a.document_id = $1 AND a.object_key = s.object_key);
+WHERE s.document_id = $1 AND s.generation <= $2;
 
 -- name: forget_superseded_objects
 -- The objects of versions up to generation $2 are deleted.

@@ -1,5 +1,5 @@
 """Fixtures of the integration tests: a fake Cohere-compatible server and the pipeline
-against it, and embedded PostgreSQL clusters, users and children."""
+against it, embedded PostgreSQL clusters, users and children, and each vector index."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import os
 import secrets
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Protocol
@@ -20,6 +20,7 @@ import pytest
 
 from bench.harness.fake_cohere import FakeCohere
 from runtime.embedded import EmbeddedPostgres
+from stages.vector_index import VectorIndex
 from tests.support.embedded_helpers import (
     Child,
     LockedPgserver,
@@ -36,6 +37,25 @@ class OpenPipeline(Protocol):
     def __call__(
         self, server: FakeCohere, **extra: str
     ) -> AbstractAsyncContextManager[PipelineEnv]: ...
+
+
+@pytest.fixture(params=["qdrant-memory", "edge"])
+async def index(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[VectorIndex]:
+    """Each vector index in turn, for one conformance suite: QdrantIndex on qdrant-client's
+    local mode (":memory:"), EdgeIndex on a tmp dir."""
+    # Imported here: qdrant-client takes half a second to import, and most tests need none.
+    from stages.edge_index import EdgeIndex, EdgeIndexConfig
+    from stages.qdrant_index import QdrantConfig, QdrantIndex
+
+    made: VectorIndex
+    if request.param == "edge":
+        made = EdgeIndex(EdgeIndexConfig(root=tmp_path / "qdrant"))
+    else:
+        made = QdrantIndex(QdrantConfig(location=":memory:"))
+    try:
+        yield made
+    finally:
+        await made.aclose()
 
 
 @pytest.fixture

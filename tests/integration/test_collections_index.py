@@ -1,22 +1,28 @@
 """Collections and the model switch at the vector index: both implementations (QdrantIndex
 on qdrant-client's local mode, EdgeIndex on a tmp dir) filter search and scan by the
 ``collection`` payload field, drop a whole vector collection, and (Qdrant) move an alias
-atomically."""
+atomically; EdgeIndex still reads, replaces and deletes points of its earlier layouts."""
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import qdrant_edge as qe
 
 from runtime.errors import MissingInput
 from stages.edge_index import EdgeIndex, EdgeIndexConfig
 from stages.qdrant_index import QdrantConfig, QdrantIndex
 from stages.vector_index import (
     COLLECTION_FIELD,
+    DOCUMENT_FIELD,
+    GENERATION_FIELD,
     Hit,
+    Point,
     VectorIndex,
     collection_name,
     new_point,
@@ -32,19 +38,6 @@ NEW = collection_name("model-b", DIM)
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(params=["qdrant-memory", "edge"])
-async def index(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[VectorIndex]:
-    made: VectorIndex
-    if request.param == "edge":
-        made = EdgeIndex(EdgeIndexConfig(root=tmp_path / "qdrant"))
-    else:
-        made = QdrantIndex(QdrantConfig(location=":memory:"))
-    try:
-        yield made
-    finally:
-        await made.aclose()
 
 
 def vec(i: int) -> list[float]:
@@ -115,5 +108,73 @@ async def test_qdrant_alias_moves_in_one_step() -> None:
         assert await aliases() == [("ragline", OLD)]
         await index.point_alias("ragline", NEW)
         assert await aliases() == [("ragline", NEW)]
+    finally:
+        await index.aclose()
+
+
+# -- points the embedded index wrote in earlier layouts -------------------------------------
+
+
+def _packed_with_collection(payload: dict[str, Any]) -> dict[str, Any]:
+    """The packed layout as written until default's collection field was left out: four
+    fields, the whole payload as JSON text in ``ragline_payload``."""
+    keep = (DOCUMENT_FIELD, GENERATION_FIELD, COLLECTION_FIELD)
+    return {"ragline_payload": json.dumps(payload), **{k: payload[k] for k in keep}}
+
+
+def _plain_before_collections(payload: dict[str, Any]) -> dict[str, Any]:
+    """Before packing and before collections: every field plain, no collection field."""
+    return {k: v for k, v in payload.items() if k != COLLECTION_FIELD}
+
+
+@pytest.mark.parametrize("layout", [_packed_with_collection, _plain_before_collections])
+async def test_points_of_earlier_layouts_are_searched_scanned_replaced_and_deleted(
+    tmp_path: Path, layout: Callable[[dict[str, Any]], dict[str, Any]]
+) -> None:
+    root = tmp_path / "qdrant"
+    index = EdgeIndex(EdgeIndexConfig(root=root))
+    await index.ensure_collection(OLD, DIM)
+    await index.aclose()
+    doc, gone = uuid.uuid4(), uuid.uuid4()
+
+    def chunks(document: uuid.UUID, generation: int, n: int) -> list[Point]:
+        extra = {COLLECTION_FIELD: "default", "text": f"chunk of {generation}", "page_start": 1}
+        return [new_point(document, i, generation, vec(i), extra) for i in range(n)]
+
+    old = chunks(doc, 1, 4) + chunks(gone, 1, 2)
+    shard = qe.EdgeShard.load(str(root / OLD))  # as an earlier ragline left it on disk
+    try:
+        stored = [qe.Point(p.id, p.vector, layout(p.payload)) for p in old]
+        shard.update(qe.UpdateOperation.upsert_points(stored))
+        shard.flush()
+    finally:
+        shard.close()
+    try:
+        # Search shows what was written (and what the layout kept), in the default tenant.
+        expected = {p.id: layout(p.payload) for p in old}
+        if layout is _packed_with_collection:
+            expected = {p.id: p.payload for p in old}
+        hits = await index.search(OLD, vec(0), 100, tenant="default")
+        assert {h.id: h.payload for h in hits} == expected
+        assert await index.search(OLD, vec(0), 100, tenant="alpha") == []
+        # verify's view: every point with its document and generation.
+        refs = await index.scan(OLD, tenant="default")
+        assert sorted((r.document_id, r.generation) for r in refs) == sorted(
+            [(str(doc), 1)] * 4 + [(str(gone), 1)] * 2
+        )
+        # A reprocess writes the new layout and leaves none of the old points behind.
+        await index.replace_document(OLD, doc, 2, chunks(doc, 2, 3))
+        assert {(r.id, r.generation) for r in await index.scan(OLD, doc)} == {
+            (p.id, 2) for p in chunks(doc, 2, 3)
+        }
+        hits = await index.search(OLD, vec(0), 100, tenant="default")
+        assert {h.payload["document_id"] for h in hits} == {str(doc), str(gone)}
+        new = [h for h in hits if h.payload["generation"] == 2]
+        assert len(new) == 3 and {h.payload[COLLECTION_FIELD] for h in new} == {"default"}
+        # delete and a failed run's clean-up find old points too.
+        await index.delete_generation(OLD, gone, 1)
+        assert await index.count(OLD, gone) == 0
+        await index.delete_document(OLD, doc)
+        assert await index.count(OLD) == 0
     finally:
         await index.aclose()

@@ -43,3 +43,14 @@ def test_a_payload_written_before_packing_is_returned_as_it_is() -> None:
     old = {"document_id": "d", "generation": 1, "text": "t"}
     assert payload_of(old) == old
     assert payload_of(None) == {}
+
+
+def test_only_a_tenant_other_than_default_is_stored_as_a_field() -> None:
+    def stored(tenant: str) -> set[str]:
+        payload = {"document_id": "d", "generation": 1, "collection": tenant, "text": "t"}
+        [point] = edge_points([Point(id=uuid.uuid4(), vector=[1.0, 0.0], payload=payload)])
+        assert payload_of(point.payload) == payload  # search still shows the collection
+        return set(point.payload or {})
+
+    assert stored("default") == {"document_id", "generation", BODY_FIELD}
+    assert stored("alpha") == {"document_id", "generation", "collection", BODY_FIELD}
