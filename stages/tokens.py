@@ -28,7 +28,7 @@ import itertools
 import operator
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
 
@@ -66,7 +66,7 @@ class Prefix:
 
     def __init__(self, starts: Ints, counts: Ints, length: int) -> None:
         # array.array and bisect: a lookup costs a fraction of numpy's per-call overhead,
-        # at 8 bytes an entry.
+        # at 8 bytes an entry; many lookups at once go through numpy views of the same.
         self.starts = array.array("q", starts.tobytes())  # sorted, distinct
         before = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=before[1:])
@@ -82,6 +82,13 @@ class Prefix:
         if at < 0:
             at += self.length + 1
         return self.before[bisect.bisect_left(self.starts, at)]
+
+    def at(self, offsets: Sequence[int]) -> list[int]:
+        """``[self[i] for i in offsets]`` (offsets >= 0), in one pass of numpy."""
+        starts = np.frombuffer(self.starts, np.int64)
+        before = np.frombuffer(self.before, np.int64)
+        found: list[int] = before[np.searchsorted(starts, offsets)].tolist()
+        return found
 
     def size(self, start: int, end: int) -> int:
         """Tokens starting in ``[start, end)``."""
@@ -140,19 +147,8 @@ class CharCounter:
     """One token per character."""
 
     def __init__(self, window: int = 1000) -> None:
-        self._window = window
-
-    @property
-    def name(self) -> str:
-        return "characters"
-
-    @property
-    def window(self) -> int:
-        return self._window
-
-    @property
-    def chunk_tokens(self) -> int:
-        return self._window
+        self.name = "characters"
+        self.window = self.chunk_tokens = window
 
     def counts(self, texts: Sequence[str]) -> list[int]:
         return [len(t) for t in texts]
@@ -171,21 +167,9 @@ class Utf8Counter:
     window of a hosted model."""
 
     def __init__(self, window: int, model: str, chunk_tokens: int = 1000) -> None:
-        self._window = window
-        self._model = model
-        self._chunk_tokens = min(chunk_tokens, window)
-
-    @property
-    def name(self) -> str:
-        return f"UTF-8 bytes (upper bound of {self._model} tokens)"
-
-    @property
-    def window(self) -> int:
-        return self._window
-
-    @property
-    def chunk_tokens(self) -> int:
-        return self._chunk_tokens
+        self.name = f"UTF-8 bytes (upper bound of {model} tokens)"
+        self.window = window
+        self.chunk_tokens = min(chunk_tokens, window)
 
     def counts(self, texts: Sequence[str]) -> list[int]:
         return [len(t.encode()) for t in texts]
@@ -207,7 +191,8 @@ _SPACES = frozenset(
     "\t\n\r \xa0\u1680\u2028\u2029\u202f\u205f\u3000" + "".join(map(chr, range(0x2000, 0x200B)))
 )
 _NONE = itertools.repeat(None)
-_SPACE_TABLE = np.zeros(0x3001, dtype=bool)
+# Indexed by code point, clipped to its last entry (False: not a space).
+_SPACE_TABLE = np.zeros(0x3002, dtype=bool)
 _SPACE_TABLE[[ord(c) for c in _SPACES]] = True
 
 
@@ -216,9 +201,10 @@ class TokenizerCounter:
 
     For a BERT tokenizer (BertNormalizer, BertPreTokenizer: words never span whitespace)
     a text's count is the sum of its whitespace-separated words' counts, so counts come
-    from a per-process cache of word counts, filled by the tokenizer itself: on the corpus
-    that is about a tenth of the CPU of tokenizing every page (and the same numbers). Any
-    other tokenizer is run on the whole text.
+    from a per-process cache of word counts; the misses of a block of pages are counted
+    together, by :class:`AsciiWordPiece` where it can and by the tokenizer itself for the
+    rest: on the corpus that is about a tenth of the CPU of tokenizing every page (and the
+    same numbers). Any other tokenizer is run on the whole text.
     """
 
     def __init__(self, path: Path | str, max_tokens: int, name: str, cache_words: int = 200_000):
@@ -230,9 +216,10 @@ class TokenizerCounter:
         tok.no_truncation()
         tok.no_padding()
         self._tok = tok
-        self._name = name
-        self._window = max_tokens - tok.num_special_tokens_to_add(is_pair=False)
-        if self._window <= 0:
+        self.name = name
+        window = max_tokens - tok.num_special_tokens_to_add(is_pair=False)
+        self.window = self.chunk_tokens = window
+        if self.window <= 0:
             raise ConfigurationError(f"{name}: window of {max_tokens} leaves no room for text")
         self._by_word = (
             type(tok.normalizer).__name__ == "BertNormalizer"
@@ -243,18 +230,6 @@ class TokenizerCounter:
         self._ascii = AsciiWordPiece.of(Path(path)) if self._by_word else None
         # The chunk stage runs several jobs' chunking in threads at once.
         self._lock = threading.Lock()
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def window(self) -> int:
-        return self._window
-
-    @property
-    def chunk_tokens(self) -> int:
-        return self._window
 
     def counts(self, texts: Sequence[str]) -> list[int]:
         if not self._by_word:
@@ -272,21 +247,16 @@ class TokenizerCounter:
         )
 
     def prefix(self, parts: Sequence[str], separator: str) -> Prefix:
+        """(For a BERT tokenizer, ``separator`` must be whitespace: it ends a word.)"""
         length = sum(map(len, parts)) + len(separator) * max(len(parts) - 1, 0)
         if not self._by_word:
             return self._offsets_prefix(separator.join(parts))
-        # Page by page: a whitespace separator ends a word, and only one page's words
-        # (Python strings) are alive at a time.
-        starts: list[Ints] = []
-        counts: list[Ints] = []
-        at = 0
-        for part in parts:
-            where, words = _word_starts(part)
+        starts: list[Ints] = [np.zeros(0, np.int64)]
+        counts: list[Ints] = [np.zeros(0, np.int64)]
+        for at, block in _blocks(parts, separator):
+            where, words = _word_starts(block)
             starts.append(where + at)
-            counts.append(np.fromiter(self._word_counts(words), np.int64, len(words)))
-            at += len(part) + len(separator)
-        if not starts:
-            return Prefix(np.zeros(0, np.int64), np.zeros(0, np.int64), length)
+            counts.append(np.array(self._word_counts(words), np.int64))
         return Prefix(np.concatenate(starts), np.concatenate(counts), length)
 
     def _word_counts(self, words: list[str]) -> list[int]:
@@ -299,7 +269,7 @@ class TokenizerCounter:
         found = list(map(cache.get, words))
         if None not in found:
             return found
-        # Positions of the misses, found at C speed (most of a page's words are hits).
+        # Positions of the misses, found at C speed (most of a block's words are hits).
         misses = list(itertools.compress(range(len(found)), map(operator.is_, found, _NONE)))
         counted = self._count_words(list({words[i] for i in misses}))
         excess = len(cache) + len(counted) - self._cache_words
@@ -313,20 +283,14 @@ class TokenizerCounter:
         return found
 
     def _count_words(self, words: list[str]) -> dict[str, int]:
-        """Tokens of each word: plain ASCII words by :class:`AsciiWordPiece`, the rest
-        from one run of the tokenizer over them all."""
+        """Tokens of each word: by :class:`AsciiWordPiece` where it can, the rest from one
+        run of the tokenizer over them all."""
         if self._ascii is None:
             return self._tokenize_words(words)
-        counted: dict[str, int] = {}
-        hard: list[str] = []
-        for word in words:
-            n = self._ascii.count(word)
-            if n is None:
-                hard.append(word)
-            else:
-                counted[word] = n
-        if hard:
-            counted.update(self._tokenize_words(hard))
+        found = self._ascii.counts(words)
+        counted = {w: n for w, n in zip(words, found, strict=True) if n is not None}
+        if len(counted) < len(words):
+            counted.update(self._tokenize_words([w for w in words if w not in counted]))
         return counted
 
     def _tokenize_words(self, words: list[str]) -> dict[str, int]:
@@ -345,12 +309,32 @@ class TokenizerCounter:
         return Prefix(starts, counts.astype(np.int64), len(text))
 
 
+#: Pages are counted in blocks of whole pages of about this many characters: numpy's cost
+#: per call is spread over many words, and only one block's words (Python strings) are
+#: alive at a time.
+BLOCK_CHARS = 1 << 16
+
+
+def _blocks(parts: Sequence[str], separator: str) -> Iterator[tuple[int, str]]:
+    """``separator.join(parts)`` in blocks of whole parts, each with its offset."""
+    at, chars = 0, 0
+    group: list[str] = []
+    for part in parts:
+        group.append(part)
+        chars += len(part) + len(separator)
+        if chars >= BLOCK_CHARS:
+            yield at, separator.join(group)
+            at, chars, group = at + chars, 0, []
+    if group:
+        yield at, separator.join(group)
+
+
 def _spaces(text: str) -> npt.NDArray[np.bool_]:
+    if text.isascii():
+        space: npt.NDArray[np.bool_] = _SPACE_TABLE[np.frombuffer(text.encode(), np.uint8)]
+        return space
     code = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    space = np.zeros(len(code), dtype=bool)
-    small = code < len(_SPACE_TABLE)
-    space[small] = _SPACE_TABLE[code[small]]
-    return space
+    return _SPACE_TABLE[np.minimum(code, len(_SPACE_TABLE) - 1)]
 
 
 def _words(text: str) -> list[str]:
@@ -361,13 +345,17 @@ def _words(text: str) -> list[str]:
 def _word_starts(text: str) -> tuple[Ints, list[str]]:
     """Where each word starts, and the words."""
     space = _spaces(text)
-    edges = np.flatnonzero(np.diff(np.concatenate(([True], space, [True])).astype(np.int8)))
-    starts, ends = edges[0::2], edges[1::2]
+    first = ~space
+    first[1:] &= space[:-1]
+    starts = np.flatnonzero(first)
     if not _GLUE.search(text):
         words = text.split()
         assert len(words) == len(starts), "word split disagrees with the whitespace table"
         return starts, words
     # str.split() would cut at these; BERT deletes them and joins what is around them.
+    last = ~space
+    last[:-1] &= space[1:]
+    ends = np.flatnonzero(last) + 1
     return starts, [text[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
 
 
