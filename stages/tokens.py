@@ -28,7 +28,7 @@ import itertools
 import operator
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
 
@@ -37,6 +37,7 @@ import numpy.typing as npt
 
 from runtime.api import ConfigurationError
 from stages.wordpiece import AsciiWordPiece
+from stages.wordtable import SPACES, Codes, WordTable, blocks, bounds, codes, slices, word_keys
 
 if TYPE_CHECKING:
     import tokenizers
@@ -186,14 +187,7 @@ class Utf8Counter:
 # Python's str.split() whitespace that BERT's normalizer deletes as control characters
 # (joining the text around them) instead of splitting there.
 _GLUE = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
-# Whitespace for both str.split() and BERT once _GLUE is ruled out (Rust's White_Space).
-_SPACES = frozenset(
-    "\t\n\r \xa0\u1680\u2028\u2029\u202f\u205f\u3000" + "".join(map(chr, range(0x2000, 0x200B)))
-)
 _NONE = itertools.repeat(None)
-# Indexed by code point, clipped to its last entry (False: not a space).
-_SPACE_TABLE = np.zeros(0x3002, dtype=bool)
-_SPACE_TABLE[[ord(c) for c in _SPACES]] = True
 
 
 class TokenizerCounter:
@@ -227,6 +221,8 @@ class TokenizerCounter:
         )
         self._cache: dict[str, int] = {}
         self._cache_words = cache_words
+        # Twice as many slots as words: the table empties itself when half full.
+        self._table = WordTable(1 << (2 * cache_words - 1).bit_length())
         self._ascii = AsciiWordPiece.of(Path(path)) if self._by_word else None
         # The chunk stage runs several jobs' chunking in threads at once.
         self._lock = threading.Lock()
@@ -242,8 +238,8 @@ class TokenizerCounter:
         tokenizer, when whitespace (or the text's edge) is on both sides."""
         return (
             self._by_word
-            and (start == 0 or text[start - 1] in _SPACES)
-            and (end == len(text) or text[end] in _SPACES)
+            and (start == 0 or text[start - 1] in SPACES)
+            and (end == len(text) or text[end] in SPACES)
         )
 
     def prefix(self, parts: Sequence[str], separator: str) -> Prefix:
@@ -253,11 +249,37 @@ class TokenizerCounter:
             return self._offsets_prefix(separator.join(parts))
         starts: list[Ints] = [np.zeros(0, np.int64)]
         counts: list[Ints] = [np.zeros(0, np.int64)]
-        for at, block in _blocks(parts, separator):
-            where, words = _word_starts(block)
-            starts.append(where + at)
-            counts.append(np.array(self._word_counts(words), np.int64))
+        for at, block in blocks(parts, separator):
+            points = codes(block)
+            first, last = bounds(points)
+            starts.append(first + at)
+            with self._lock:
+                counts.append(self._block_counts(block, points, first, last))
         return Prefix(np.concatenate(starts), np.concatenate(counts), length)
+
+    def _block_counts(self, block: str, points: Codes, starts: Ints, ends: Ints) -> Ints:
+        """Tokens of each word ``block[starts[i]:ends[i]]``: short printable-ASCII words
+        from the word table, the rest (sliced out) from the cache of words."""
+        counts = np.zeros(len(starts), np.int64)
+        keyed, keys = word_keys(points, starts, ends)
+        found = self._table.lookup(keys)
+        missing = np.flatnonzero(found == 0)
+        if len(missing):
+            new, first, which = np.unique(
+                keys[missing], axis=0, return_index=True, return_inverse=True
+            )
+            at = np.flatnonzero(keyed)[missing[first]]
+            words = slices(block, starts[at], ends[at])
+            counted = self._count_words(words)
+            new_counts = np.array([counted[w] for w in words], np.int64)
+            self._table.add(new, new_counts)
+            found[missing] = new_counts[which.ravel()]
+        counts[keyed] = found
+        rest = np.flatnonzero(~keyed)
+        if len(rest):
+            rest_words = slices(block, starts[rest], ends[rest])
+            counts[rest] = cast("list[int]", self._word_counts_locked(rest_words))
+        return counts
 
     def _word_counts(self, words: list[str]) -> list[int]:
         with self._lock:
@@ -309,54 +331,12 @@ class TokenizerCounter:
         return Prefix(starts, counts.astype(np.int64), len(text))
 
 
-#: Pages are counted in blocks of whole pages of about this many characters: numpy's cost
-#: per call is spread over many words, and only one block's words (Python strings) are
-#: alive at a time.
-BLOCK_CHARS = 1 << 16
-
-
-def _blocks(parts: Sequence[str], separator: str) -> Iterator[tuple[int, str]]:
-    """``separator.join(parts)`` in blocks of whole parts, each with its offset."""
-    at, chars = 0, 0
-    group: list[str] = []
-    for part in parts:
-        group.append(part)
-        chars += len(part) + len(separator)
-        if chars >= BLOCK_CHARS:
-            yield at, separator.join(group)
-            at, chars, group = at + chars, 0, []
-    if group:
-        yield at, separator.join(group)
-
-
-def _spaces(text: str) -> npt.NDArray[np.bool_]:
-    if text.isascii():
-        space: npt.NDArray[np.bool_] = _SPACE_TABLE[np.frombuffer(text.encode(), np.uint8)]
-        return space
-    code = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    return _SPACE_TABLE[np.minimum(code, len(_SPACE_TABLE) - 1)]
-
-
 def _words(text: str) -> list[str]:
     """The whitespace-separated words of ``text``, as BERT's pre-tokenizer sees them."""
-    return text.split() if not _GLUE.search(text) else _word_starts(text)[1]
-
-
-def _word_starts(text: str) -> tuple[Ints, list[str]]:
-    """Where each word starts, and the words."""
-    space = _spaces(text)
-    first = ~space
-    first[1:] &= space[:-1]
-    starts = np.flatnonzero(first)
     if not _GLUE.search(text):
-        words = text.split()
-        assert len(words) == len(starts), "word split disagrees with the whitespace table"
-        return starts, words
+        return text.split()
     # str.split() would cut at these; BERT deletes them and joins what is around them.
-    last = ~space
-    last[:-1] &= space[1:]
-    ends = np.flatnonzero(last) + 1
-    return starts, [text[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+    return slices(text, *bounds(codes(text)))
 
 
 def cohere_window(model: str) -> int:

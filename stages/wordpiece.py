@@ -95,6 +95,8 @@ class AsciiWordPiece:
     ) -> None:
         self.whole = vocab
         self.pieces = {t[len(prefix) :] for t in vocab if t.startswith(prefix)}
+        self.longest_whole = max(map(len, vocab), default=0)
+        self.longest_piece = max(map(len, self.pieces), default=0)
         self.max_chars = max_chars
         self.added = added
         # Runs recur far more than words ("word" in "word," and "(word"): their counts
@@ -152,27 +154,28 @@ class AsciiWordPiece:
 
     def _run_counts(self, runs: list[str]) -> npt.NDArray[np.float64]:
         memo = self._memo
-        found = list(map(memo.get, runs))
-        if None in found:
-            if len(memo) + found.count(None) > PIECE_MEMO:
+        missing = {run for run, n in zip(runs, map(memo.get, runs), strict=True) if n is None}
+        if missing:
+            if len(memo) + len(missing) > PIECE_MEMO:
                 memo.clear()
-            for i, n in enumerate(found):
-                if n is None:
-                    found[i] = memo[runs[i]] = self._piece(runs[i])
-        return np.array(found, np.float64)
+                missing = set(runs)
+            memo.update(zip(missing, map(self._piece, missing), strict=True))
+        return np.fromiter(map(memo.__getitem__, runs), np.float64, len(runs))
 
     def _piece(self, piece: str) -> int:
         """Greedy longest match first; a piece that cannot be matched is one [UNK]."""
         if piece in self.whole or len(piece) > self.max_chars:
             return 1
         tokens, start, end = 0, 0, len(piece)
+        vocab, longest = self.whole, self.longest_whole
         while start < end:
-            vocab = self.whole if start == 0 else self.pieces
-            stop = end
+            # No vocabulary entry is longer than `longest`: shorter stops only.
+            stop = min(end, start + longest)
             while stop > start and piece[start:stop] not in vocab:
                 stop -= 1
             if stop == start:
                 return 1
             tokens += 1
             start = stop
+            vocab, longest = self.pieces, self.longest_piece
         return tokens

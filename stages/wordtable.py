@@ -1,0 +1,161 @@
+"""Token counts of short printable-ASCII words in numpy, for counting a block of pages
+without a Python string per word.
+
+Most words of most pages are printable ASCII and at most 16 characters long. Such a word
+is its own key: its bytes, zero-padded to 16 (two 64-bit integers; no printable character
+is a zero byte, so two words share a key only if they are equal, and no count comes from
+a hash that merely matched). :class:`WordTable` keeps their counts in an open-addressing
+hash table of numpy arrays and looks a whole block's words up at once; words it does not
+hold are counted by the caller (exactly, as any other word) and added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "BLOCK_CHARS",
+    "MAX_CHARS",
+    "SPACES",
+    "WordTable",
+    "blocks",
+    "bounds",
+    "codes",
+    "slices",
+    "word_keys",
+]
+
+#: Longest word a :class:`WordTable` holds (two 64-bit integers of bytes).
+MAX_CHARS = 16
+_COLUMNS = np.arange(MAX_CHARS)
+_MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F))
+
+Codes = npt.NDArray[np.uint8] | npt.NDArray[np.uint32]
+Ints = npt.NDArray[np.int64]
+Keys = npt.NDArray[np.uint64]
+
+# Whitespace for both str.split() and BERT once _GLUE is ruled out (Rust's White_Space).
+SPACES = frozenset(
+    "\t\n\r \xa0\u1680\u2028\u2029\u202f\u205f\u3000" + "".join(map(chr, range(0x2000, 0x200B)))
+)
+# Indexed by code point, clipped to its last entry (False: not a space).
+_SPACE_TABLE = np.zeros(0x3002, dtype=bool)
+_SPACE_TABLE[[ord(c) for c in SPACES]] = True
+
+
+#: Pages are counted in blocks of whole pages of about this many characters: numpy's cost
+#: per call is spread over many words, and only one block's words (Python strings) are
+#: alive at a time.
+BLOCK_CHARS = 1 << 16
+
+
+def blocks(parts: Sequence[str], separator: str) -> Iterator[tuple[int, str]]:
+    """``separator.join(parts)`` in blocks of whole parts, each with its offset."""
+    at, chars = 0, 0
+    group: list[str] = []
+    for part in parts:
+        group.append(part)
+        chars += len(part) + len(separator)
+        if chars >= BLOCK_CHARS:
+            yield at, separator.join(group)
+            at, chars, group = at + chars, 0, []
+    if group:
+        yield at, separator.join(group)
+
+
+def codes(text: str) -> Codes:
+    """The text's code points: one byte each where it is ASCII."""
+    if text.isascii():
+        return np.frombuffer(text.encode(), np.uint8)
+    return np.frombuffer(text.encode("utf-32-le"), np.uint32)
+
+
+def bounds(codes: Codes) -> tuple[Ints, Ints]:
+    """Where each whitespace-separated word starts and ends (the words BERT sees: the
+    whitespace of str.split() that BERT deletes joins the text around it)."""
+    wide = codes.dtype != np.uint8
+    space = _SPACE_TABLE[np.minimum(codes, len(_SPACE_TABLE) - 1) if wide else codes]
+    first = ~space
+    first[1:] &= space[:-1]
+    last = ~space
+    last[:-1] &= space[1:]
+    return np.flatnonzero(first), np.flatnonzero(last) + 1
+
+
+def slices(text: str, starts: Ints, ends: Ints) -> list[str]:
+    return [text[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+
+
+def word_keys(codes: Codes, starts: Ints, ends: Ints) -> tuple[npt.NDArray[np.bool_], Keys]:
+    """Which words (``codes[starts[i]:ends[i]]``) have a key (printable ASCII, at most
+    MAX_CHARS long) and, for those, their keys (one row of two integers each)."""
+    printable = (codes > 0x20) & (codes < 0x7F)
+    bad = np.zeros(len(codes) + 1, np.int64)
+    np.cumsum(~printable, out=bad[1:])
+    lengths = ends - starts
+    keyed = (bad[ends] == bad[starts]) & (lengths <= MAX_CHARS)
+    first, size = starts[keyed], lengths[keyed]
+    padded = np.zeros(len(codes) + MAX_CHARS, np.uint8)
+    padded[: len(codes)] = codes  # printable ASCII keeps its value in one byte
+    chars = padded[first[:, None] + _COLUMNS]
+    chars[size[:, None] <= _COLUMNS] = 0
+    return keyed, chars.view(np.uint64).reshape(len(first), 2)
+
+
+class WordTable:
+    """Counts by key; ``slots`` (a power of two) rows of 20 bytes, emptied when it is half
+    full (its words are counted again as they come)."""
+
+    def __init__(self, slots: int) -> None:
+        if slots & (slots - 1):
+            raise ValueError(f"slots must be a power of two, got {slots}")
+        self._mask = np.uint64(slots - 1)
+        self._shift = np.uint64(64 - (slots.bit_length() - 1))
+        self._keys = np.zeros((slots, 2), np.uint64)
+        self._counts = np.zeros(slots, np.int32)  # 0: an empty slot (a word has a token)
+        self._used = 0
+
+    def lookup(self, keys: Keys) -> npt.NDArray[np.int32]:
+        """The count of each key; 0 where the table does not hold it."""
+        out = np.zeros(len(keys), np.int32)
+        slot = self._slot(keys)
+        todo = np.arange(len(keys))
+        while len(todo):
+            at = slot[todo]
+            counts = self._counts[at]
+            hit = (self._keys[at] == keys[todo]).all(axis=1) & (counts > 0)
+            out[todo[hit]] = counts[hit]
+            # Linear probing: a slot held by another key sends the search on.
+            todo = todo[(counts > 0) & ~hit]
+            slot[todo] = (slot[todo] + 1) & self._mask
+        return out
+
+    def add(self, keys: Keys, counts: npt.NDArray[np.int64]) -> None:
+        """Hold distinct ``keys`` that it does not hold yet (as many as fit)."""
+        room = len(self._counts) // 2
+        if self._used + len(keys) > room:
+            self._keys.fill(0)
+            self._counts.fill(0)
+            self._used = 0
+            keys, counts = keys[:room], counts[:room]
+        slot = self._slot(keys)
+        todo = np.arange(len(keys))
+        while len(todo):
+            at = slot[todo]
+            free = self._counts[at] == 0
+            # Of the keys that reach one free slot together, the first takes it.
+            _, first = np.unique(at[free], return_index=True)
+            won = todo[free][first]
+            self._keys[slot[won]] = keys[won]
+            self._counts[slot[won]] = counts[won]
+            todo = np.setdiff1d(todo, won, assume_unique=True)
+            slot[todo] = (slot[todo] + 1) & self._mask
+        self._used += len(keys)
+
+    def _slot(self, keys: Keys) -> Keys:
+        # The high bits of a product depend on every bit of the key (Fibonacci hashing).
+        mixed = (keys[:, 0] ^ keys[:, 1] * _MIX[1]) * _MIX[0]
+        return mixed >> self._shift  # type: ignore[no-any-return]
