@@ -223,7 +223,7 @@ class TokenizerCounter:
         self._cache_words = cache_words
         # Twice as many slots as words: the table empties itself when half full.
         self._table = WordTable(1 << (2 * cache_words - 1).bit_length())
-        self._ascii = AsciiWordPiece.of(Path(path)) if self._by_word else None
+        self._ascii = AsciiWordPiece.of(Path(path), tok) if self._by_word else None
         # The chunk stage runs several jobs' chunking in threads at once.
         self._lock = threading.Lock()
 

@@ -1,19 +1,20 @@
-"""BERT's uncased WordPiece count of plain words, in Python and numpy.
+"""BERT's uncased WordPiece count of plain words, without the rest of the tokenizer.
 
 The chunker's token counter caches word counts; a new document's words are mostly cache
-misses, and for words of printable ASCII (most of them) a dictionary walk over the
-vocabulary costs a fraction of a trip through the ``tokenizers`` library, with the same
-result (``tests/unit/test_tokens.py`` compares them on corpus words and random strings).
-The misses of a block of pages are counted together: one pass of numpy over their
-characters finds what each is made of, and only the runs of letters and digits are
-looked up, in a memo of their counts.
+misses. For words of printable ASCII (most of them) the tokenizer's normalizer and
+pre-tokenizer can be done in numpy, leaving only the WordPiece model to run on each new
+run of letters and digits, with the same result as the whole tokenizer
+(``tests/unit/test_tokens.py`` compares them on corpus words and random strings). The
+misses of a block of pages are counted together: one pass of numpy over their characters
+finds what each is made of, and only the runs of letters and digits are counted, through
+a memo of their counts.
 
 A word is counted as BERT's pre-tokenizer splits it: each punctuation character is one
 token of its own (every printable ASCII non-alphanumeric; Unicode punctuation, which BERT
 splits off as its own word and then finds in the vocabulary or makes one [UNK]: typographic
 quotes, dashes, ``⟨ ⟩`` and CJK punctuation in the corpus), so is each CJK ideograph
-(BERT's normalizer puts spaces around each), and each run of ASCII letters and digits is
-looked up greedily, longest match first. Words with any other character (accents,
+(BERT's normalizer puts spaces around each), and each run of ASCII letters and digits,
+lowercased, is counted by the WordPiece model. Words with any other character (accents,
 Cyrillic, kana, symbols, control characters) or an added token (``[SEP]``..., matched in
 the raw text) are left to the tokenizer.
 """
@@ -21,16 +22,22 @@ the raw text) are left to the tokenizer.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
+import operator
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["PIECE_MEMO", "AsciiWordPiece"]
+if TYPE_CHECKING:
+    import tokenizers
+
+__all__ = ["PIECE_MEMO", "AsciiWordPiece", "key_bytes"]
 
 #: Piece counts an :class:`AsciiWordPiece` keeps (about 100 bytes each).
 PIECE_MEMO = 100_000
@@ -71,6 +78,16 @@ def _bmp_classes() -> Classes:
     return np.fromiter(map(_class_of, range(0x10000)), np.uint8, 0x10000)
 
 
+@functools.cache
+def key_bytes() -> npt.NDArray[np.uint8]:
+    """For each character of the BMP, the printable ASCII character it counts as in a
+    word (itself, or "!" for one that is always one token of its own), or 0 for any other
+    (``stages.wordtable``'s keys)."""
+    table = np.where(_bmp_classes() == _ONE, ord("!"), 0).astype(np.uint8)
+    table[0x21:0x7F] = np.arange(0x21, 0x7F)
+    return table
+
+
 def _classes(text: str) -> Classes:
     if text.isascii():
         return _bmp_classes()[np.frombuffer(text.encode(), np.uint8)]
@@ -90,22 +107,17 @@ class AsciiWordPiece:
     dictionary walk costs a fraction of a trip through the tokenizer (whose count it
     equals: ``tests/unit/test_tokens.py``)."""
 
-    def __init__(
-        self, vocab: set[str], prefix: str, max_chars: int, added: frozenset[str] = frozenset()
-    ) -> None:
-        self.whole = vocab
-        self.pieces = {t[len(prefix) :] for t in vocab if t.startswith(prefix)}
-        self.longest_whole = max(map(len, vocab), default=0)
-        self.longest_piece = max(map(len, self.pieces), default=0)
-        self.max_chars = max_chars
+    def __init__(self, piece: Callable[[str], int], added: frozenset[str] = frozenset()) -> None:
+        self._piece = piece
         self.added = added
         # Runs recur far more than words ("word" in "word," and "(word"): their counts
         # are kept, up to PIECE_MEMO of them.
         self._memo: dict[str, int] = {}
 
     @classmethod
-    def of(cls, path: Path) -> AsciiWordPiece | None:
-        """For an uncased BERT WordPiece ``tokenizer.json``, else None."""
+    def of(cls, path: Path, tokenizer: tokenizers.Tokenizer) -> AsciiWordPiece | None:
+        """For an uncased BERT WordPiece ``tokenizer.json`` (and the tokenizer loaded from
+        it, whose WordPiece model counts each run), else None."""
         spec = json.loads(path.read_text())
         normalizer, model = spec.get("normalizer") or {}, spec.get("model") or {}
         if not (
@@ -114,10 +126,9 @@ class AsciiWordPiece:
             and model.get("type") == "WordPiece"
         ):
             return None
-        prefix = model.get("continuing_subword_prefix", "##")
         added = frozenset(str(t["content"]) for t in spec.get("added_tokens") or ())
-        max_chars = int(model.get("max_input_chars_per_word", 100))
-        return cls(set(model["vocab"]), prefix, max_chars, added)
+        wordpiece = tokenizer.model
+        return cls(lambda run: len(wordpiece.tokenize(run)), added)
 
     def counts(self, words: Sequence[str]) -> list[int | None]:
         """Tokens of each word (words hold no whitespace); None for a word left to the
@@ -154,28 +165,10 @@ class AsciiWordPiece:
 
     def _run_counts(self, runs: list[str]) -> npt.NDArray[np.float64]:
         memo = self._memo
-        missing = {run for run, n in zip(runs, map(memo.get, runs), strict=True) if n is None}
+        missing = set(itertools.compress(runs, map(operator.not_, map(memo.__contains__, runs))))
         if missing:
             if len(memo) + len(missing) > PIECE_MEMO:
                 memo.clear()
                 missing = set(runs)
             memo.update(zip(missing, map(self._piece, missing), strict=True))
         return np.fromiter(map(memo.__getitem__, runs), np.float64, len(runs))
-
-    def _piece(self, piece: str) -> int:
-        """Greedy longest match first; a piece that cannot be matched is one [UNK]."""
-        if piece in self.whole or len(piece) > self.max_chars:
-            return 1
-        tokens, start, end = 0, 0, len(piece)
-        vocab, longest = self.whole, self.longest_whole
-        while start < end:
-            # No vocabulary entry is longer than `longest`: shorter stops only.
-            stop = min(end, start + longest)
-            while stop > start and piece[start:stop] not in vocab:
-                stop -= 1
-            if stop == start:
-                return 1
-            tokens += 1
-            start = stop
-            vocab, longest = self.pieces, self.longest_piece
-        return tokens

@@ -16,6 +16,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from stages.wordpiece import key_bytes
+
 __all__ = [
     "BLOCK_CHARS",
     "MAX_CHARS",
@@ -30,7 +32,12 @@ __all__ = [
 
 #: Longest word a :class:`WordTable` holds (two 64-bit integers of bytes).
 MAX_CHARS = 16
-_COLUMNS = np.arange(MAX_CHARS)
+# Row n: the bytes of a key that a word of n characters fills.
+_LENGTH_MASKS = (
+    np.where(np.arange(MAX_CHARS) < np.arange(MAX_CHARS + 1)[:, None], 0xFF, 0)
+    .astype(np.uint8)
+    .view(np.uint64)
+)
 _MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F))
 
 Codes = npt.NDArray[np.uint8] | npt.NDArray[np.uint32]
@@ -90,19 +97,23 @@ def slices(text: str, starts: Ints, ends: Ints) -> list[str]:
 
 
 def word_keys(codes: Codes, starts: Ints, ends: Ints) -> tuple[npt.NDArray[np.bool_], Keys]:
-    """Which words (``codes[starts[i]:ends[i]]``) have a key (printable ASCII, at most
-    MAX_CHARS long) and, for those, their keys (one row of two integers each)."""
-    printable = (codes > 0x20) & (codes < 0x7F)
+    """Which words (``codes[starts[i]:ends[i]]``) have a key and, for those, their keys
+    (one row of two integers each). A key is the word's bytes as printable ASCII, where a
+    character that is always one token of its own (Unicode punctuation, CJK ideographs)
+    counts as "!": words with equal keys have equal counts. Words with other characters
+    or more than MAX_CHARS have none."""
+    table = key_bytes()
+    wide = codes.dtype != np.uint8
+    chars = table[np.minimum(codes, 0xFFFF)] if wide else table[codes]  # 0xFFFF: 0
     bad = np.zeros(len(codes) + 1, np.int64)
-    np.cumsum(~printable, out=bad[1:])
+    np.cumsum(chars == 0, out=bad[1:])
     lengths = ends - starts
     keyed = (bad[ends] == bad[starts]) & (lengths <= MAX_CHARS)
-    first, size = starts[keyed], lengths[keyed]
     padded = np.zeros(len(codes) + MAX_CHARS, np.uint8)
-    padded[: len(codes)] = codes  # printable ASCII keeps its value in one byte
-    chars = padded[first[:, None] + _COLUMNS]
-    chars[size[:, None] <= _COLUMNS] = 0
-    return keyed, chars.view(np.uint64).reshape(len(first), 2)
+    padded[: len(codes)] = chars
+    rows = np.lib.stride_tricks.sliding_window_view(padded, MAX_CHARS)[starts[keyed]]
+    keys = rows.view(np.uint64).reshape(len(rows), 2)
+    return keyed, keys & _LENGTH_MASKS[lengths[keyed]]
 
 
 class WordTable:
@@ -126,7 +137,8 @@ class WordTable:
         while len(todo):
             at = slot[todo]
             counts = self._counts[at]
-            hit = (self._keys[at] == keys[todo]).all(axis=1) & (counts > 0)
+            held, sought = self._keys[at], keys[todo]
+            hit = (held[:, 0] == sought[:, 0]) & (held[:, 1] == sought[:, 1]) & (counts > 0)
             out[todo[hit]] = counts[hit]
             # Linear probing: a slot held by another key sends the search on.
             todo = todo[(counts > 0) & ~hit]
@@ -158,4 +170,4 @@ class WordTable:
     def _slot(self, keys: Keys) -> Keys:
         # The high bits of a product depend on every bit of the key (Fibonacci hashing).
         mixed = (keys[:, 0] ^ keys[:, 1] * _MIX[1]) * _MIX[0]
-        return mixed >> self._shift  # type: ignore[no-any-return]
+        return mixed >> self._shift
