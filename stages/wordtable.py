@@ -11,6 +11,7 @@ hold are counted by the caller (exactly, as any other word) and added.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -96,19 +97,28 @@ def slices(text: str, starts: Ints, ends: Ints) -> list[str]:
     return [text[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
 
 
+@functools.cache
+def _key_table() -> npt.NDArray[np.uint8]:
+    """:func:`stages.wordpiece.key_bytes`, with whitespace as " " (never in a word)."""
+    table = key_bytes().copy()
+    table[[ord(c) for c in SPACES]] = ord(" ")
+    return table
+
+
 def word_keys(codes: Codes, starts: Ints, ends: Ints) -> tuple[npt.NDArray[np.bool_], Keys]:
     """Which words (``codes[starts[i]:ends[i]]``) have a key and, for those, their keys
     (one row of two integers each). A key is the word's bytes as printable ASCII, where a
     character that is always one token of its own (Unicode punctuation, CJK ideographs)
     counts as "!": words with equal keys have equal counts. Words with other characters
     or more than MAX_CHARS have none."""
-    table = key_bytes()
+    table = _key_table()
     wide = codes.dtype != np.uint8
     chars = table[np.minimum(codes, 0xFFFF)] if wide else table[codes]  # 0xFFFF: 0
-    bad = np.zeros(len(codes) + 1, np.int64)
-    np.cumsum(chars == 0, out=bad[1:])
     lengths = ends - starts
-    keyed = (bad[ends] == bad[starts]) & (lengths <= MAX_CHARS)
+    if not len(starts):
+        return np.zeros(0, bool), np.zeros((0, 2), np.uint64)
+    # From a word's start to the next one's: the word, then whitespace.
+    keyed = (np.add.reduceat(chars == 0, starts) == 0) & (lengths <= MAX_CHARS)
     padded = np.zeros(len(codes) + MAX_CHARS, np.uint8)
     padded[: len(codes)] = chars
     rows = np.lib.stride_tricks.sliding_window_view(padded, MAX_CHARS)[starts[keyed]]
@@ -156,14 +166,18 @@ class WordTable:
         slot = self._slot(keys)
         todo = np.arange(len(keys))
         while len(todo):
-            at = slot[todo]
-            free = self._counts[at] == 0
-            # Of the keys that reach one free slot together, the first takes it.
-            _, first = np.unique(at[free], return_index=True)
-            won = todo[free][first]
-            self._keys[slot[won]] = keys[won]
-            self._counts[slot[won]] = counts[won]
-            todo = np.setdiff1d(todo, won, assume_unique=True)
+            free = np.flatnonzero(self._counts[slot[todo]] == 0)
+            claim = todo[free]
+            where = slot[claim]
+            # Of the keys that reach one free slot together, one is written last: it
+            # takes the slot, and the others probe on.
+            self._keys[where] = keys[claim]
+            held, wanted = self._keys[where], keys[claim]
+            won = (held[:, 0] == wanted[:, 0]) & (held[:, 1] == wanted[:, 1])
+            self._counts[where[won]] = counts[claim[won]]
+            on = np.ones(len(todo), bool)
+            on[free[won]] = False
+            todo = todo[on]
             slot[todo] = (slot[todo] + 1) & self._mask
         self._used += len(keys)
 
