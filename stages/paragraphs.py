@@ -5,7 +5,7 @@ logic, with :mod:`stages.chunking`)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import msgspec
 from semchunk.semchunk import chunk as semchunk_chunk
@@ -14,7 +14,10 @@ from stages.tokens import Prefix, TokenCounter
 
 __all__ = ["Atom", "Joined", "atoms", "is_heading", "split"]
 
-_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
+# A paragraph: the text between blank lines ("\n[ \t]*\n"), without the whitespace around
+# it: from a non-space character, over any newline not followed by a blank line, back to a
+# non-space character (\s is str.isspace()).
+_PARAGRAPH = re.compile(r"\S[^\n]*(?:\n(?![ \t]*\n)[^\n]*)*(?<=\S)")
 _SECTION_NUMBER = re.compile(
     r"(?:\d+(?:\.\d+)*\.?|[IVXLC]+\.|[A-Z]\.(?:\d+\.?)*|(?:chapter|section|part|appendix)\s+\S+)",
     re.IGNORECASE,
@@ -86,28 +89,10 @@ def is_heading(paragraph: str) -> bool:
     )
 
 
-def _stripped_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int]]:
-    """Spans of the paragraphs of ``text[start:end]``, without surrounding whitespace."""
-    cursor = start
-    for brk in _PARAGRAPH_BREAK.finditer(text, start, end):
-        yield from _strip(text, cursor, brk.start())
-        cursor = brk.end()
-    yield from _strip(text, cursor, end)
-
-
-def _strip(text: str, start: int, end: int) -> Iterable[tuple[int, int]]:
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    if start < end:
-        yield start, end
-
-
 def atoms(joined: Joined, limit: int) -> list[Atom]:
     """The paragraphs of the text, each cut into pieces of at most ``limit`` tokens."""
     text = joined.text
-    spans = list(_stripped_spans(text, 0, len(text)))
+    spans = [m.span() for m in _PARAGRAPH.finditer(text)]
     before = joined.prefix.at([at for span in spans for at in span])
     out: list[Atom] = []
     for i, (start, end) in enumerate(spans):

@@ -37,7 +37,17 @@ import numpy.typing as npt
 
 from runtime.api import ConfigurationError
 from stages.wordpiece import AsciiWordPiece
-from stages.wordtable import SPACES, Codes, WordTable, blocks, bounds, codes, slices, word_keys
+from stages.wordtable import (
+    SPACES,
+    Codes,
+    WordTable,
+    blocks,
+    bounds,
+    codes,
+    distinct,
+    slices,
+    word_keys,
+)
 
 if TYPE_CHECKING:
     import tokenizers
@@ -265,15 +275,13 @@ class TokenizerCounter:
         found = self._table.lookup(keys)
         missing = np.flatnonzero(found == 0)
         if len(missing):
-            new, first, which = np.unique(
-                keys[missing], axis=0, return_index=True, return_inverse=True
-            )
+            new, first, which = distinct(keys[missing])
             at = np.flatnonzero(keyed)[missing[first]]
             words = slices(block, starts[at], ends[at])
             counted = self._count_words(words)
             new_counts = np.array([counted[w] for w in words], np.int64)
             self._table.add(new, new_counts)
-            found[missing] = new_counts[which.ravel()]
+            found[missing] = new_counts[which]
         counts[keyed] = found
         rest = np.flatnonzero(~keyed)
         if len(rest):

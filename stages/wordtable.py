@@ -27,6 +27,7 @@ __all__ = [
     "blocks",
     "bounds",
     "codes",
+    "distinct",
     "slices",
     "word_keys",
 ]
@@ -126,55 +127,66 @@ def word_keys(codes: Codes, starts: Ints, ends: Ints) -> tuple[npt.NDArray[np.bo
     return keyed, keys & _LENGTH_MASKS[lengths[keyed]]
 
 
+def distinct(keys: Keys) -> tuple[Keys, Ints, Ints]:
+    """The distinct keys, where each first is, and which of them each key is."""
+    order = np.lexsort((keys[:, 1], keys[:, 0]))
+    ordered = keys[order]
+    new = np.ones(len(keys), bool)
+    new[1:] = (ordered[1:, 0] != ordered[:-1, 0]) | (ordered[1:, 1] != ordered[:-1, 1])
+    which = np.empty(len(keys), np.int64)
+    which[order] = np.cumsum(new) - 1
+    first = order[new]
+    return keys[first], first, which
+
+
 class WordTable:
-    """Counts by key; ``slots`` (a power of two) rows of 20 bytes, emptied when it is half
-    full (its words are counted again as they come)."""
+    """Counts by key; ``slots`` (a power of two) rows of 24 bytes (the key and its count
+    side by side: one cache line a probe), emptied when it is half full (its words are
+    counted again as they come)."""
 
     def __init__(self, slots: int) -> None:
         if slots & (slots - 1):
             raise ValueError(f"slots must be a power of two, got {slots}")
         self._mask = np.uint64(slots - 1)
         self._shift = np.uint64(64 - (slots.bit_length() - 1))
-        self._keys = np.zeros((slots, 2), np.uint64)
-        self._counts = np.zeros(slots, np.int32)  # 0: an empty slot (a word has a token)
+        # Key (two columns), count (0: an empty slot; every word has a token).
+        self._rows = np.zeros((slots, 3), np.uint64)
         self._used = 0
 
-    def lookup(self, keys: Keys) -> npt.NDArray[np.int32]:
+    def lookup(self, keys: Keys) -> Ints:
         """The count of each key; 0 where the table does not hold it."""
-        out = np.zeros(len(keys), np.int32)
+        out = np.zeros(len(keys), np.int64)
         slot = self._slot(keys)
         todo = np.arange(len(keys))
         while len(todo):
-            at = slot[todo]
-            counts = self._counts[at]
-            held, sought = self._keys[at], keys[todo]
-            hit = (held[:, 0] == sought[:, 0]) & (held[:, 1] == sought[:, 1]) & (counts > 0)
-            out[todo[hit]] = counts[hit]
+            held, sought = self._rows[slot[todo]], keys[todo]
+            taken = held[:, 2] > 0
+            hit = (held[:, 0] == sought[:, 0]) & (held[:, 1] == sought[:, 1]) & taken
+            out[todo[hit]] = held[hit, 2]
             # Linear probing: a slot held by another key sends the search on.
-            todo = todo[(counts > 0) & ~hit]
+            todo = todo[taken & ~hit]
             slot[todo] = (slot[todo] + 1) & self._mask
         return out
 
-    def add(self, keys: Keys, counts: npt.NDArray[np.int64]) -> None:
+    def add(self, keys: Keys, counts: Ints) -> None:
         """Hold distinct ``keys`` that it does not hold yet (as many as fit)."""
-        room = len(self._counts) // 2
+        room = len(self._rows) // 2
         if self._used + len(keys) > room:
-            self._keys.fill(0)
-            self._counts.fill(0)
+            self._rows.fill(0)
             self._used = 0
             keys, counts = keys[:room], counts[:room]
         slot = self._slot(keys)
         todo = np.arange(len(keys))
         while len(todo):
-            free = np.flatnonzero(self._counts[slot[todo]] == 0)
+            free = np.flatnonzero(self._rows[slot[todo], 2] == 0)
             claim = todo[free]
             where = slot[claim]
             # Of the keys that reach one free slot together, one is written last: it
             # takes the slot, and the others probe on.
-            self._keys[where] = keys[claim]
-            held, wanted = self._keys[where], keys[claim]
+            self._rows[where, :2] = keys[claim]
+            held, wanted = self._rows[where], keys[claim]
             won = (held[:, 0] == wanted[:, 0]) & (held[:, 1] == wanted[:, 1])
-            self._counts[where[won]] = counts[claim[won]]
+            self._rows[where[won], 2] = counts[claim[won]]
             on = np.ones(len(todo), bool)
             on[free[won]] = False
             todo = todo[on]
