@@ -74,8 +74,15 @@ def _class_of(code: int) -> int:
 
 @functools.cache
 def _bmp_classes() -> Classes:
-    """The class of every character of the Basic Multilingual Plane (built once, 64 KiB)."""
-    return np.fromiter(map(_class_of, range(0x10000)), np.uint8, 0x10000)
+    """The class of every character of the Basic Multilingual Plane (built once, 64 KiB):
+    :func:`_class_of`, with the ideograph ranges filled in by slices."""
+    categories = map(unicodedata.category, map(chr, range(0x10000)))
+    one = np.fromiter((c[0] == "P" for c in categories), bool, 0x10000)
+    for lo, hi in _CJK:
+        one[lo : hi + 1] = True  # past the BMP: nothing
+    classes = np.where(one, _ONE, _HARD).astype(np.uint8)
+    classes[:0x80] = list(map(_class_of, range(0x80)))
+    return classes
 
 
 @functools.cache
