@@ -28,6 +28,8 @@ _HEADING_MAX_CHARS = 80
 # A heading's title never ends in these.
 _NOT_TITLE_END = ".,;:!"
 _HEADING_MAX_WORDS = 12
+# Where str.splitlines() splits.
+_LINE_BREAK = re.compile("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
 
 
 class Atom(msgspec.Struct, frozen=True):
@@ -68,14 +70,17 @@ def is_heading(paragraph: str) -> bool:
     """Whether a paragraph looks like a heading: one short title line without closing
     punctuation, optionally after a section number line ("2.1", "Chapter 3")."""
     paragraph = paragraph.strip()
-    if paragraph.count("\n") > 1:
-        return False  # three lines or more (most paragraphs): skip splitting them
-    lines = [line.strip() for line in paragraph.splitlines()]
-    if len(lines) == 2 and _SECTION_NUMBER.fullmatch(lines[0]):
-        lines = lines[1:]
-    if len(lines) != 1:
-        return False
-    title = lines[0].lstrip("#").strip()
+    if not _LINE_BREAK.search(paragraph):
+        title = paragraph.lstrip("#").strip()  # one line (most candidates): no splitting
+    else:
+        if paragraph.count("\n") > 1:
+            return False  # three lines or more (most paragraphs): skip splitting them
+        lines = [line.strip() for line in paragraph.splitlines()]
+        if len(lines) == 2 and _SECTION_NUMBER.fullmatch(lines[0]):
+            lines = lines[1:]
+        if len(lines) != 1:
+            return False
+        title = lines[0].lstrip("#").strip()
     # The cheap tests first: most paragraphs are long or end in punctuation.
     if not 0 < len(title) <= _HEADING_MAX_CHARS or title[-1] in _NOT_TITLE_END:
         return False
@@ -84,7 +89,8 @@ def is_heading(paragraph: str) -> bool:
     return (
         0 < len(words) <= _HEADING_MAX_WORDS
         and words[0][0].isupper()
-        and any(c.isalpha() for c in title)
+        # An upper-case letter is a letter (not so a Roman numeral or a circled letter).
+        and (words[0][0].isalpha() or any(c.isalpha() for c in title))
         and not _DOT_LEADER.search(title)
     )
 
