@@ -39,12 +39,12 @@ from runtime.api import ConfigurationError
 from stages.wordpiece import AsciiWordPiece
 from stages.wordtable import (
     SPACES,
-    Codes,
+    Chars,
     WordTable,
     blocks,
     bounds,
-    codes,
     distinct,
+    key_chars,
     slices,
     word_keys,
 )
@@ -260,18 +260,18 @@ class TokenizerCounter:
         starts: list[Ints] = [np.zeros(0, np.int64)]
         counts: list[Ints] = [np.zeros(0, np.int64)]
         for at, block in blocks(parts, separator):
-            points = codes(block)
-            first, last = bounds(points)
+            chars = key_chars(block)
+            first, last = bounds(chars)
             starts.append(first + at)
             with self._lock:
-                counts.append(self._block_counts(block, points, first, last))
+                counts.append(self._block_counts(block, chars, first, last))
         return Prefix(np.concatenate(starts), np.concatenate(counts), length)
 
-    def _block_counts(self, block: str, points: Codes, starts: Ints, ends: Ints) -> Ints:
+    def _block_counts(self, block: str, chars: Chars, starts: Ints, ends: Ints) -> Ints:
         """Tokens of each word ``block[starts[i]:ends[i]]``: short printable-ASCII words
         from the word table, the rest (sliced out) from the cache of words."""
         counts = np.zeros(len(starts), np.int64)
-        keyed, keys = word_keys(points, starts, ends)
+        keyed, keys = word_keys(chars, starts, ends)
         found = self._table.lookup(keys)
         missing = np.flatnonzero(found == 0)
         if len(missing):
@@ -344,7 +344,7 @@ def _words(text: str) -> list[str]:
     if not _GLUE.search(text):
         return text.split()
     # str.split() would cut at these; BERT deletes them and joins what is around them.
-    return slices(text, *bounds(codes(text)))
+    return slices(text, *bounds(key_chars(text)))
 
 
 def cohere_window(model: str) -> int:

@@ -26,23 +26,20 @@ __all__ = [
     "WordTable",
     "blocks",
     "bounds",
-    "codes",
     "distinct",
+    "key_chars",
     "slices",
     "word_keys",
 ]
 
 #: Longest word a :class:`WordTable` holds (two 64-bit integers of bytes).
 MAX_CHARS = 16
-# Row n: the bytes of a key that a word of n characters fills.
-_LENGTH_MASKS = (
-    np.where(np.arange(MAX_CHARS) < np.arange(MAX_CHARS + 1)[:, None], 0xFF, 0)
-    .astype(np.uint8)
-    .view(np.uint64)
-)
 _MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F))
+# For a word of n characters, the bits of its first 8 bytes and of the next 8 that it fills.
+_LOW_MASKS = np.array([(1 << 8 * min(n, 8)) - 1 for n in range(MAX_CHARS + 1)], np.uint64)
+_HIGH_MASKS = np.array([(1 << 8 * max(n - 8, 0)) - 1 for n in range(MAX_CHARS + 1)], np.uint64)
 
-Codes = npt.NDArray[np.uint8] | npt.NDArray[np.uint32]
+Chars = npt.NDArray[np.uint8]
 Ints = npt.NDArray[np.int64]
 Keys = npt.NDArray[np.uint64]
 
@@ -50,9 +47,6 @@ Keys = npt.NDArray[np.uint64]
 SPACES = frozenset(
     "\t\n\r \xa0\u1680\u2028\u2029\u202f\u205f\u3000" + "".join(map(chr, range(0x2000, 0x200B)))
 )
-# Indexed by code point, clipped to its last entry (False: not a space).
-_SPACE_TABLE = np.zeros(0x3002, dtype=bool)
-_SPACE_TABLE[[ord(c) for c in SPACES]] = True
 
 
 #: Pages are counted in blocks of whole pages of about this many characters: numpy's cost
@@ -75,18 +69,21 @@ def blocks(parts: Sequence[str], separator: str) -> Iterator[tuple[int, str]]:
         yield at, separator.join(group)
 
 
-def codes(text: str) -> Codes:
-    """The text's code points: one byte each where it is ASCII."""
+def key_chars(text: str) -> Chars:
+    """Each character of ``text`` as it stands in a key (:func:`word_keys`): printable
+    ASCII as itself, a character that is always one token of its own as "!", whitespace
+    as " ", any other as 0."""
+    table = _key_table()
     if text.isascii():
-        return np.frombuffer(text.encode(), np.uint8)
-    return np.frombuffer(text.encode("utf-32-le"), np.uint32)
+        return table[np.frombuffer(text.encode(), np.uint8)]
+    code = np.frombuffer(text.encode("utf-32-le"), np.uint32)
+    return table[np.minimum(code, 0xFFFF)]  # U+FFFF (and past the BMP): 0
 
 
-def bounds(codes: Codes) -> tuple[Ints, Ints]:
+def bounds(chars: Chars) -> tuple[Ints, Ints]:
     """Where each whitespace-separated word starts and ends (the words BERT sees: the
     whitespace of str.split() that BERT deletes joins the text around it)."""
-    wide = codes.dtype != np.uint8
-    space = _SPACE_TABLE[np.minimum(codes, len(_SPACE_TABLE) - 1) if wide else codes]
+    space = chars == ord(" ")
     first = ~space
     first[1:] &= space[:-1]
     last = ~space
@@ -99,32 +96,33 @@ def slices(text: str, starts: Ints, ends: Ints) -> list[str]:
 
 
 @functools.cache
-def _key_table() -> npt.NDArray[np.uint8]:
+def _key_table() -> Chars:
     """:func:`stages.wordpiece.key_bytes`, with whitespace as " " (never in a word)."""
     table = key_bytes().copy()
     table[[ord(c) for c in SPACES]] = ord(" ")
     return table
 
 
-def word_keys(codes: Codes, starts: Ints, ends: Ints) -> tuple[npt.NDArray[np.bool_], Keys]:
-    """Which words (``codes[starts[i]:ends[i]]``) have a key and, for those, their keys
-    (one row of two integers each). A key is the word's bytes as printable ASCII, where a
-    character that is always one token of its own (Unicode punctuation, CJK ideographs)
-    counts as "!": words with equal keys have equal counts. Words with other characters
-    or more than MAX_CHARS have none."""
-    table = _key_table()
-    wide = codes.dtype != np.uint8
-    chars = table[np.minimum(codes, 0xFFFF)] if wide else table[codes]  # 0xFFFF: 0
+def word_keys(chars: Chars, starts: Ints, ends: Ints) -> tuple[npt.NDArray[np.bool_], Keys]:
+    """Which words (``chars[starts[i]:ends[i]]``, :func:`key_chars`) have a key and, for
+    those, their keys (one row of two integers each). A key is the word's bytes as
+    printable ASCII, where a character that is always one token of its own (Unicode
+    punctuation, CJK ideographs) counts as "!": words with equal keys have equal counts.
+    Words with other characters or more than MAX_CHARS have none."""
     lengths = ends - starts
-    if not len(starts):
-        return np.zeros(0, bool), np.zeros((0, 2), np.uint64)
-    # From a word's start to the next one's: the word, then whitespace.
-    keyed = (np.add.reduceat(chars == 0, starts) == 0) & (lengths <= MAX_CHARS)
-    padded = np.zeros(len(codes) + MAX_CHARS, np.uint8)
-    padded[: len(codes)] = chars
-    rows = np.lib.stride_tricks.sliding_window_view(padded, MAX_CHARS)[starts[keyed]]
-    keys = rows.view(np.uint64).reshape(len(rows), 2)
-    return keyed, keys & _LENGTH_MASKS[lengths[keyed]]
+    # Characters without a byte are few: count those in each word by binary search.
+    unkeyed = np.flatnonzero(chars == 0)
+    inside = np.searchsorted(unkeyed, ends) - np.searchsorted(unkeyed, starts)
+    keyed = (inside == 0) & (lengths <= MAX_CHARS)
+    padded = np.zeros(len(chars) + MAX_CHARS, np.uint8)
+    padded[: len(chars)] = chars
+    # The 8 bytes from each offset on, as a little-endian integer (unaligned reads).
+    eights = np.ndarray((len(chars) + 8,), "<u8", padded, strides=(1,))
+    first, size = starts[keyed], lengths[keyed]
+    keys = np.empty((len(first), 2), np.uint64)
+    keys[:, 0] = eights[first] & _LOW_MASKS[size]
+    keys[:, 1] = eights[first + 8] & _HIGH_MASKS[size]
+    return keyed, keys
 
 
 def distinct(keys: Keys) -> tuple[Keys, Ints, Ints]:
@@ -155,17 +153,20 @@ class WordTable:
 
     def lookup(self, keys: Keys) -> Ints:
         """The count of each key; 0 where the table does not hold it."""
-        out = np.zeros(len(keys), np.int64)
         slot = self._slot(keys)
-        todo = np.arange(len(keys))
+        held = self._rows[slot]
+        taken = held[:, 2] > 0
+        hit = (held[:, 0] == keys[:, 0]) & (held[:, 1] == keys[:, 1]) & taken
+        out = np.where(hit, held[:, 2], 0).astype(np.int64)
+        # Linear probing: a slot held by another key sends the search on.
+        todo = np.flatnonzero(taken & ~hit)
         while len(todo):
+            slot[todo] = (slot[todo] + 1) & self._mask
             held, sought = self._rows[slot[todo]], keys[todo]
             taken = held[:, 2] > 0
             hit = (held[:, 0] == sought[:, 0]) & (held[:, 1] == sought[:, 1]) & taken
             out[todo[hit]] = held[hit, 2]
-            # Linear probing: a slot held by another key sends the search on.
             todo = todo[taken & ~hit]
-            slot[todo] = (slot[todo] + 1) & self._mask
         return out
 
     def add(self, keys: Keys, counts: Ints) -> None:
@@ -195,5 +196,5 @@ class WordTable:
 
     def _slot(self, keys: Keys) -> Keys:
         # The high bits of a product depend on every bit of the key (Fibonacci hashing).
-        mixed = (keys[:, 0] ^ keys[:, 1] * _MIX[1]) * _MIX[0]
+        mixed: Keys = (keys[:, 0] ^ keys[:, 1] * _MIX[1]) * _MIX[0]
         return mixed >> self._shift

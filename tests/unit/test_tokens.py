@@ -28,7 +28,7 @@ from stages.tokens import (
     local_counter,
     token_counter_for,
 )
-from stages.wordtable import bounds, codes, word_keys
+from stages.wordtable import bounds, key_chars, word_keys
 from tests.support.corpus import corpus_pdfs
 
 #: Corpus pages by script: (file, first page, last page), 1-based, inclusive.
@@ -272,7 +272,7 @@ def test_word_keys_are_shared_only_by_words_of_equal_counts() -> None:
         "Маяк naïve tab\x01bed"
     )
     keyed_words = text.split()[:10]
-    points = codes(text)
+    points = key_chars(text)
     starts, ends = bounds(points)
     keyed, keys = word_keys(points, starts, ends)
     assert [w for w, k in zip(text.split(), keyed.tolist(), strict=True) if k] == keyed_words
@@ -301,11 +301,11 @@ def test_word_table_counts_equal_the_tokenizer(cache_words: int) -> None:
     pages = [" ".join(words[i : i + 300]) for i in range(0, len(words), 300)]
     prefix = counter.prefix(pages, "\n\n")
     text = "\n\n".join(pages)
-    starts, ends = bounds(codes(text))
+    starts, ends = bounds(key_chars(text))
     shares = [prefix.size(s, e) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
     expected = counter._tokenize_words(text.split())
     assert shares == [expected[w] for w in text.split()]
-    keyed, keys = word_keys(codes(text), starts, ends)
+    keyed, keys = word_keys(key_chars(text), starts, ends)
     assert keyed.dtype == bool and keyed.sum() > 0.8 * len(starts)
     if cache_words > len(words):
         assert counter._table.lookup(keys).all()  # every keyed word is in the table
