@@ -272,6 +272,9 @@ class TokenizerCounter:
         from the word table, the rest (sliced out) from the cache of words."""
         counts = np.zeros(len(starts), np.int64)
         keyed, keys = word_keys(chars, starts, ends)
+        if self._ascii is None:  # keys assume uncased BERT WordPiece (AsciiWordPiece.of)
+            keyed[:] = False
+            keys = keys[:0]
         found = self._table.lookup(keys)
         missing = np.flatnonzero(found == 0)
         if len(missing):

@@ -130,6 +130,7 @@ class AsciiWordPiece:
         if not (
             normalizer.get("type") == "BertNormalizer"
             and normalizer.get("lowercase") is True
+            and normalizer.get("handle_chinese_chars", True) is True
             and model.get("type") == "WordPiece"
         ):
             return None

@@ -6,9 +6,11 @@ chunk is longer than all-MiniLM-L6-v2's window on CJK, Cyrillic and code pages."
 from __future__ import annotations
 
 import functools
+import json
 import random
 import re
 import string
+from pathlib import Path
 
 import pytest
 import tokenizers
@@ -309,3 +311,20 @@ def test_word_table_counts_equal_the_tokenizer(cache_words: int) -> None:
     assert keyed.dtype == bool and keyed.sum() > 0.8 * len(starts)
     if cache_words > len(words):
         assert counter._table.lookup(keys).all()  # every keyed word is in the table
+
+
+def test_a_bert_tokenizer_that_keeps_case_is_counted_word_by_word(tmp_path: Path) -> None:
+    """Keys assume an uncased BERT WordPiece: any other BERT tokenizer's words all go
+    through the tokenizer (and the cache), with the same counts."""
+    spec = json.loads(MINILM_TOKENIZER.read_text())
+    spec["normalizer"]["lowercase"] = False
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec))
+    counter = TokenizerCounter(path, MINILM_MAX_TOKENS, "cased")
+    tok = tokenizers.Tokenizer.from_file(str(path))
+    tok.no_truncation()
+    texts = [text for _, text in russian_pages(2)] + ["Word word WORD don’t 日本 x" * 20]
+    expected = [len(tok.encode(t, add_special_tokens=False).ids) for t in texts]
+    assert counter._ascii is None
+    assert counter.counts(texts) == expected
+    assert int(counter.prefix(texts, "\n\n")[-1]) == sum(expected)
