@@ -313,17 +313,18 @@ def test_word_table_counts_equal_the_tokenizer(cache_words: int) -> None:
         assert counter._table.lookup(keys).all()  # every keyed word is in the table
 
 
-def test_a_bert_tokenizer_that_keeps_case_is_counted_word_by_word(tmp_path: Path) -> None:
-    """Keys assume an uncased BERT WordPiece: any other BERT tokenizer's words all go
-    through the tokenizer (and the cache), with the same counts."""
+@pytest.mark.parametrize("setting", ["lowercase", "handle_chinese_chars"])
+def test_other_bert_tokenizers_are_counted_word_by_word(tmp_path: Path, setting: str) -> None:
+    """Keys assume an uncased BERT WordPiece that spaces CJK ideographs: any other BERT
+    tokenizer's words all go through the tokenizer (and the cache), with its counts."""
     spec = json.loads(MINILM_TOKENIZER.read_text())
-    spec["normalizer"]["lowercase"] = False
+    spec["normalizer"][setting] = False
     path = tmp_path / "tokenizer.json"
     path.write_text(json.dumps(spec))
     counter = TokenizerCounter(path, MINILM_MAX_TOKENS, "cased")
     tok = tokenizers.Tokenizer.from_file(str(path))
     tok.no_truncation()
-    texts = [text for _, text in russian_pages(2)] + ["Word word WORD don’t 日本 x" * 20]
+    texts = [text for _, text in russian_pages(2)] + ["Word word WORD don’t 龘龘龘 !!! x" * 20]
     expected = [len(tok.encode(t, add_special_tokens=False).ids) for t in texts]
     assert counter._ascii is None
     assert counter.counts(texts) == expected
