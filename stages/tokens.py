@@ -279,10 +279,13 @@ class TokenizerCounter:
         missing = np.flatnonzero(found == 0)
         if len(missing):
             new, first, which = distinct(keys[missing])
-            at = np.flatnonzero(keyed)[missing[first]]
-            words = slices(block, starts[at], ends[at])
-            counted = self._count_words(words)
-            new_counts = np.array([counted[w] for w in words], np.int64)
+            assert self._ascii is not None  # keys are made for it only
+            new_counts, hard = self._ascii.key_counts(new)
+            if hard.any():
+                at = np.flatnonzero(keyed)[missing[first[hard]]]
+                words = slices(block, starts[at], ends[at])
+                counted = self._tokenize_words(words)
+                new_counts[hard] = [counted[w] for w in words]
             self._table.add(new, new_counts)
             found[missing] = new_counts[which]
         counts[keyed] = found

@@ -59,6 +59,9 @@ _CJK = (
 )
 
 Classes = npt.NDArray[np.uint8]
+Ints = npt.NDArray[np.int64]
+# A key's bytes and a space (stages.wordtable.MAX_CHARS + 1).
+_KEY_ROW = 17
 
 
 def _class_of(code: int) -> int:
@@ -162,6 +165,27 @@ class AsciiWordPiece:
         for i in np.flatnonzero(hard).tolist():
             out[i] = None
         return out
+
+    def key_counts(self, keys: npt.NDArray[np.uint64]) -> tuple[Ints, npt.NDArray[np.bool_]]:
+        """Tokens of the word of each key (``stages.wordtable``: a word as printable ASCII,
+        two little-endian integers of zero-padded bytes), and which hold an added token
+        (their counts are left to the tokenizer)."""
+        rows = np.full((len(keys), _KEY_ROW), ord(" "), np.uint8)
+        rows[:, : _KEY_ROW - 1] = keys.astype("<u8").view(np.uint8).reshape(len(keys), -1)
+        rows[rows == 0] = ord(" ")
+        text = rows.tobytes().decode("ascii")  # one word a row, a space after each
+        classes = _bmp_classes()[rows.ravel()]
+        tokens = (classes == _ONE).reshape(len(keys), -1).sum(axis=1)
+        runs = _RUNS.findall(text.lower())
+        if runs:
+            alnum = classes == _ALNUM
+            alnum[1:] &= ~alnum[:-1]  # where each run starts
+            owner = np.flatnonzero(alnum) // _KEY_ROW
+            per_run = self._run_counts(runs)
+            tokens += np.bincount(owner, weights=per_run, minlength=len(keys)).astype(np.int64)
+        hard = np.zeros(len(keys), bool)
+        hard[np.flatnonzero(self._added(text, np.zeros(len(text), bool))) // _KEY_ROW] = True
+        return tokens, hard
 
     def _added(self, text: str, hard: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
         """``hard`` with every added token in ``text`` marked too."""

@@ -299,6 +299,7 @@ def test_word_table_counts_equal_the_tokenizer(cache_words: int) -> None:
     rng = random.Random(13)
     alphabet = string.ascii_letters * 3 + string.digits + string.punctuation + "’“”—…日本語。"
     words = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 20))) for _ in range(6000)]
+    words += ["a[SEP]b", "[UNK]", "x’[MASK]", "[CLS]’"]  # added tokens: to the tokenizer
     words += rng.choices(words, k=6000)  # seen again: from the table
     pages = [" ".join(words[i : i + 300]) for i in range(0, len(words), 300)]
     prefix = counter.prefix(pages, "\n\n")
@@ -308,7 +309,7 @@ def test_word_table_counts_equal_the_tokenizer(cache_words: int) -> None:
     expected = counter._tokenize_words(text.split())
     assert shares == [expected[w] for w in text.split()]
     keyed, keys = word_keys(key_chars(text), starts, ends)
-    assert keyed.dtype == bool and keyed.sum() > 0.8 * len(starts)
+    assert keyed.dtype == bool and keyed.sum() > 0.7 * len(starts)  # lengths 1-20
     if cache_words > len(words):
         assert counter._table.lookup(keys).all()  # every keyed word is in the table
 
