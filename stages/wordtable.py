@@ -1,12 +1,15 @@
-"""Token counts of short printable-ASCII words in numpy, for counting a block of pages
-without a Python string per word.
+"""Token counts of short words in numpy, for counting a block of pages without a Python
+string per word.
 
-Most words of most pages are printable ASCII and at most 16 characters long. Such a word
-is its own key: its bytes, zero-padded to 16 (two 64-bit integers; no printable character
-is a zero byte, so two words share a key only if they are equal, and no count comes from
-a hash that merely matched). :class:`WordTable` keeps their counts in an open-addressing
-hash table of numpy arrays and looks a whole block's words up at once; words it does not
-hold are counted by the caller (exactly, as any other word) and added.
+Most words of most pages are printable ASCII, typographic punctuation and CJK ideographs,
+at most 16 characters long. Such a word's key is its bytes, with each character that is
+always one token of its own (Unicode punctuation, ideographs) as "!", zero-padded to 16:
+two 64-bit integers. No key character is a zero byte, so two words share a key only if
+they are equal but for such characters, and then their counts are equal too (each of
+those is one token, as "!" is): no count comes from a hash that merely matched.
+:class:`WordTable` keeps the counts in an open-addressing hash table of numpy arrays and
+looks a whole block's words up at once; keys it does not hold are counted by the caller
+(``AsciiWordPiece.key_counts``) and added. Other words go through a dict of words.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ Chars = npt.NDArray[np.uint8]
 Ints = npt.NDArray[np.int64]
 Keys = npt.NDArray[np.uint64]
 
-# Whitespace for both str.split() and BERT once _GLUE is ruled out (Rust's White_Space).
+# Whitespace for both str.split() and BERT (Rust's White_Space), less what BERT deletes
+# (stages.tokens._GLUE).
 SPACES = frozenset(
     "\t\n\r \xa0\u1680\u2028\u2029\u202f\u205f\u3000" + "".join(map(chr, range(0x2000, 0x200B)))
 )
