@@ -206,8 +206,8 @@ class TokenizerCounter:
     For a BERT tokenizer (BertNormalizer, BertPreTokenizer: words never span whitespace)
     a text's count is the sum of its whitespace-separated words' counts, so counts come
     from per-process caches of word counts, a block of pages at a time: short words from
-    a :class:`~stages.wordtable.WordTable` (uncased WordPiece; ``cache_words`` keys at
-    most), any other from a dict of at most ``cache_words`` words. The misses of a block
+    a :class:`~stages.wordtable.WordTable` (uncased WordPiece; room for ``cache_words``
+    keys or more), any other from a dict of at most ``cache_words`` words. The misses of a block
     are counted together, by :class:`AsciiWordPiece` where it can and by the tokenizer
     itself for the rest: on the corpus a small fraction of the CPU of tokenizing every
     page, and the same numbers. Any other tokenizer is run on the whole text.
