@@ -28,27 +28,17 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import msgspec
-from semchunk.semchunk import chunk as semchunk_chunk
 
 from runtime.api import ConfigurationError
-from stages.tokens import CharCounter, Prefix, TokenCounter
+from stages.paragraphs import Atom, Joined, atoms, is_heading, split
+from stages.tokens import CharCounter, TokenCounter
 
 __all__ = ["Chunk", "ChunkConfig", "ChunkSizes", "chunk_pages", "is_heading"]
 
 _PAGE_JOIN = "\n\n"
-_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
-_SECTION_NUMBER = re.compile(
-    r"(?:\d+(?:\.\d+)*\.?|[IVXLC]+\.|[A-Z]\.(?:\d+\.?)*|(?:chapter|section|part|appendix)\s+\S+)",
-    re.IGNORECASE,
-)
-# Table-of-contents lines look like headings but end in dot leaders and a page number.
-_DOT_LEADER = re.compile(r"(?:\.\s?){2,}\s*\d+\s*$|\.{4,}")
-_HEADING_MAX_CHARS = 80
-_HEADING_MAX_WORDS = 12
 MIN_CHUNK_TOKENS = 16
 
 
@@ -110,37 +100,6 @@ class Chunk(msgspec.Struct, frozen=True):
     tokens: int
 
 
-class _Atom(msgspec.Struct, frozen=True):
-    """A paragraph (or a piece of a long one) as a span of the joined text."""
-
-    start: int
-    end: int
-    heading: bool
-
-
-class _Text:
-    """The joined text and its token prefix array."""
-
-    def __init__(self, text: str, prefix: Prefix, counter: TokenCounter) -> None:
-        self.text = text
-        self.prefix = prefix
-        self.counter = counter
-
-    def size(self, start: int, end: int) -> int:
-        """Tokens starting in ``text[start:end]``."""
-        return self.prefix.size(start, end)
-
-    def back(self, end: int, tokens: int) -> int:
-        """The first offset from which at most ``tokens`` tokens remain before ``end``."""
-        return self.prefix.back(end, tokens)
-
-    def exact(self, start: int, end: int) -> bool:
-        return self.counter.exact_span(self.text, start, end)
-
-    def count(self, piece: str) -> int:
-        return self.counter.counts([piece])[0]
-
-
 def chunk_pages(
     pages: Iterable[tuple[int, str]],
     config: ChunkConfig | None = None,
@@ -156,36 +115,13 @@ def chunk_pages(
     sizes = (config or ChunkConfig()).sizes(counter.chunk_tokens)
     parts, page_offsets, page_numbers = _join(pages)
     text = _PAGE_JOIN.join(parts)
-    joined = _Text(text, counter.prefix(parts, _PAGE_JOIN), counter)
-    spans = _fit(joined, _pack(joined, _atoms(joined, sizes), sizes), sizes.max_tokens)
+    joined = Joined(text, counter.prefix(parts, _PAGE_JOIN), counter)
+    # Small enough that an overlap plus any one atom always fits in a chunk.
+    pieces = atoms(joined, sizes.max_tokens - sizes.overlap_tokens)
+    spans = _fit(joined, _pack(joined, pieces, sizes), sizes.max_tokens)
     return [
         _chunk(i, text, s, e, n, page_offsets, page_numbers) for i, (s, e, n) in enumerate(spans)
     ]
-
-
-def is_heading(paragraph: str) -> bool:
-    """Whether a paragraph looks like a heading: one short title line without closing
-    punctuation, optionally after a section number line ("2.1", "Chapter 3")."""
-    paragraph = paragraph.strip()
-    if paragraph.count("\n") > 1:
-        return False  # three lines or more (most paragraphs): skip splitting them
-    lines = [line.strip() for line in paragraph.splitlines()]
-    if len(lines) == 2 and _SECTION_NUMBER.fullmatch(lines[0]):
-        lines = lines[1:]
-    if len(lines) != 1:
-        return False
-    title = lines[0].lstrip("#").strip()
-    # The cheap tests first: most paragraphs are long or end in punctuation.
-    if not 0 < len(title) <= _HEADING_MAX_CHARS or title[-1] in ".,;:!":
-        return False
-    number = _SECTION_NUMBER.match(title)
-    words = (title[number.end() :] if number else title).split()
-    return (
-        0 < len(words) <= _HEADING_MAX_WORDS
-        and words[0][0].isupper()
-        and any(c.isalpha() for c in title)
-        and not _DOT_LEADER.search(title)
-    )
 
 
 def _join(pages: Iterable[tuple[int, str]]) -> tuple[list[str], list[int], list[int]]:
@@ -203,105 +139,39 @@ def _join(pages: Iterable[tuple[int, str]]) -> tuple[list[str], list[int], list[
     return parts, offsets, numbers
 
 
-def _stripped_spans(text: str, start: int, end: int) -> Iterable[tuple[int, int]]:
-    """Spans of the paragraphs of ``text[start:end]``, without surrounding whitespace."""
-    cursor = start
-    for brk in _PARAGRAPH_BREAK.finditer(text, start, end):
-        yield from _strip(text, cursor, brk.start())
-        cursor = brk.end()
-    yield from _strip(text, cursor, end)
-
-
-def _strip(text: str, start: int, end: int) -> Iterable[tuple[int, int]]:
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    if start < end:
-        yield start, end
-
-
-def _atoms(joined: _Text, sizes: ChunkSizes) -> list[_Atom]:
-    # Small enough that an overlap plus any one atom always fits in a chunk.
-    limit = sizes.max_tokens - sizes.overlap_tokens
-    text = joined.text
-    atoms: list[_Atom] = []
-    for start, end in _stripped_spans(text, 0, len(text)):
-        if joined.size(start, end) <= limit:
-            heading = text.count("\n", start, end) <= 1 and is_heading(text[start:end])
-            atoms.append(_Atom(start, end, heading))  # 3+ lines: never a heading, no slice
-            continue
-        atoms.extend(_Atom(s, e, False) for s, e in _split_span(joined, start, end, limit, 0))
-    return atoms
-
-
-# Where a long paragraph may be cut, best first: after a line, a sentence, a word.
-_CUTS = (re.compile(r"\n\s*"), re.compile(r"(?<=[.!?;:])\s+"), re.compile(r"\s+"))
-
-
-def _split_span(
-    joined: _Text, start: int, end: int, limit: int, level: int
-) -> list[tuple[int, int]]:
-    """Pieces of ``text[start:end]`` of at most ``limit`` tokens, cut at line, then
-    sentence, then word ends, then anywhere; sized from the prefix where it is exact."""
-    if joined.size(start, end) <= limit and joined.exact(start, end):
-        return [(start, end)]
-    text = joined.text
-    if level == len(_CUTS):
-        return [(start + s, start + e) for s, e in _split(text[start:end], limit, joined.count)]
-    bounds = [start]
-    for m in _CUTS[level].finditer(text, start, end):
-        bounds += [m.start(), m.end()]
-    bounds.append(end)
-    pieces = [(bounds[i], bounds[i + 1]) for i in range(0, len(bounds), 2)]
-    out: list[tuple[int, int]] = []
-    for s, e in pieces:
-        if s >= e:
-            continue
-        if out and joined.size(out[-1][0], e) <= limit and joined.exact(out[-1][0], e):
-            out[-1] = (out[-1][0], e)
-        elif joined.size(s, e) <= limit and joined.exact(s, e):
-            out.append((s, e))
-        else:
-            out.extend(_split_span(joined, s, e, limit, level + 1))
-    return out
-
-
-def _split(paragraph: str, limit: int, count: Callable[[str], int]) -> list[tuple[int, int]]:
-    """Offsets of pieces of at most ``limit`` tokens, cut at the largest whitespace runs
-    first (lines, then sentences, then words)."""
-    result = semchunk_chunk(paragraph, limit, count, memoize=False, offsets=True)
-    assert isinstance(result, tuple)  # offsets=True returns (chunks, offsets)
-    return result[1]
-
-
 class _Packer:
     """Greedy packing of atoms into ``(start, end)`` chunk spans."""
 
-    def __init__(self, joined: _Text, sizes: ChunkSizes) -> None:
+    def __init__(self, joined: Joined, sizes: ChunkSizes) -> None:
         self.joined = joined
         self.sizes = sizes
         self.spans: list[tuple[int, int]] = []
-        self.current: list[_Atom] = []
+        self.current: list[Atom] = []
         self.start = 0
+        self.before_start = 0  # the prefix array at self.start
         # Where the next chunk starts if it opens with overlap (None: at its first atom).
         self.carry: int | None = None
 
-    def add(self, atom: _Atom) -> None:
+    def add(self, atom: Atom) -> None:
         limit = self.sizes.max_tokens
-        size = self.joined.size
         if atom.heading and self._size() >= self.sizes.min_tokens_before_heading:
             self.flush(overlap=False)
-        while self.current and size(self.start, atom.end) > limit:
+        while self.current and atom.before_end - self.before_start > limit:
             self.flush(overlap=not atom.heading)
         if not self.current:
-            fits = self.carry is not None and size(self.carry, atom.end) <= limit
-            self.start = self.carry if fits and self.carry is not None else atom.start
+            carry = self.carry
             self.carry = None
+            if carry is not None:
+                before_carry = self.joined.prefix[carry]
+                if atom.before_end - before_carry <= limit:
+                    self.start, self.before_start = carry, before_carry
+                    self.current.append(atom)
+                    return
+            self.start, self.before_start = atom.start, atom.before_start
         self.current.append(atom)
 
     def _size(self) -> int:
-        return self.joined.size(self.start, self.current[-1].end) if self.current else 0
+        return self.current[-1].before_end - self.before_start if self.current else 0
 
     def flush(self, *, overlap: bool) -> None:
         """Close the current chunk; trailing headings move on to open the next one."""
@@ -311,7 +181,7 @@ class _Packer:
         self.current = tail
         self.carry = None
         if tail:
-            self.start = tail[0].start
+            self.start, self.before_start = tail[0].start, tail[0].before_start
         elif overlap and self.sizes.overlap_tokens:
             lo = self.joined.back(end, self.sizes.overlap_tokens)
             self.carry = _overlap_start(self.joined.text, self.start, lo, end)
@@ -322,7 +192,7 @@ class _Packer:
         return self.spans
 
 
-def _split_trailing_headings(atoms: list[_Atom]) -> tuple[list[_Atom], list[_Atom]]:
+def _split_trailing_headings(atoms: list[Atom]) -> tuple[list[Atom], list[Atom]]:
     cut = len(atoms)
     while cut > 1 and atoms[cut - 1].heading:
         cut -= 1
@@ -348,14 +218,14 @@ def _skip_space(text: str, at: int, end: int) -> int:
     return at
 
 
-def _pack(joined: _Text, atoms: list[_Atom], sizes: ChunkSizes) -> list[tuple[int, int]]:
+def _pack(joined: Joined, atoms: list[Atom], sizes: ChunkSizes) -> list[tuple[int, int]]:
     packer = _Packer(joined, sizes)
     for atom in atoms:
         packer.add(atom)
     return packer.finish()
 
 
-def _fit(joined: _Text, spans: list[tuple[int, int]], limit: int) -> list[tuple[int, int, int]]:
+def _fit(joined: Joined, spans: list[tuple[int, int]], limit: int) -> list[tuple[int, int, int]]:
     """``(start, end, exact tokens)`` of each span. A span the counter cannot size from the
     prefix (a cut inside a word may tokenize differently) is counted on its own, and
     split again at exact counts if that puts it over ``limit``."""
@@ -372,7 +242,7 @@ def _fit(joined: _Text, spans: list[tuple[int, int]], limit: int) -> list[tuple[
             continue
         pieces = [
             (start + s, start + e)
-            for s, e in _split(text[start:end], limit, joined.count)
+            for s, e in split(text[start:end], limit, joined.count)
             if text[start + s : start + e].strip()
         ]
         counts = counter.counts([text[s:e] for s, e in pieces])

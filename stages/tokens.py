@@ -37,6 +37,17 @@ import numpy.typing as npt
 
 from runtime.api import ConfigurationError
 from stages.wordpiece import AsciiWordPiece
+from stages.wordtable import (
+    SPACES,
+    Chars,
+    WordTable,
+    blocks,
+    bounds,
+    distinct,
+    key_chars,
+    slices,
+    word_keys,
+)
 
 if TYPE_CHECKING:
     import tokenizers
@@ -66,7 +77,7 @@ class Prefix:
 
     def __init__(self, starts: Ints, counts: Ints, length: int) -> None:
         # array.array and bisect: a lookup costs a fraction of numpy's per-call overhead,
-        # at 8 bytes an entry.
+        # at 8 bytes an entry; many lookups at once go through numpy views of the same.
         self.starts = array.array("q", starts.tobytes())  # sorted, distinct
         before = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=before[1:])
@@ -82,6 +93,13 @@ class Prefix:
         if at < 0:
             at += self.length + 1
         return self.before[bisect.bisect_left(self.starts, at)]
+
+    def at(self, offsets: Sequence[int]) -> list[int]:
+        """``[self[i] for i in offsets]`` (offsets >= 0), in one pass of numpy."""
+        starts = np.frombuffer(self.starts, np.int64)
+        before = np.frombuffer(self.before, np.int64)
+        found: list[int] = before[np.searchsorted(starts, offsets)].tolist()
+        return found
 
     def size(self, start: int, end: int) -> int:
         """Tokens starting in ``[start, end)``."""
@@ -140,19 +158,8 @@ class CharCounter:
     """One token per character."""
 
     def __init__(self, window: int = 1000) -> None:
-        self._window = window
-
-    @property
-    def name(self) -> str:
-        return "characters"
-
-    @property
-    def window(self) -> int:
-        return self._window
-
-    @property
-    def chunk_tokens(self) -> int:
-        return self._window
+        self.name = "characters"
+        self.window = self.chunk_tokens = window
 
     def counts(self, texts: Sequence[str]) -> list[int]:
         return [len(t) for t in texts]
@@ -171,21 +178,9 @@ class Utf8Counter:
     window of a hosted model."""
 
     def __init__(self, window: int, model: str, chunk_tokens: int = 1000) -> None:
-        self._window = window
-        self._model = model
-        self._chunk_tokens = min(chunk_tokens, window)
-
-    @property
-    def name(self) -> str:
-        return f"UTF-8 bytes (upper bound of {self._model} tokens)"
-
-    @property
-    def window(self) -> int:
-        return self._window
-
-    @property
-    def chunk_tokens(self) -> int:
-        return self._chunk_tokens
+        self.name = f"UTF-8 bytes (upper bound of {model} tokens)"
+        self.window = window
+        self.chunk_tokens = min(chunk_tokens, window)
 
     def counts(self, texts: Sequence[str]) -> list[int]:
         return [len(t.encode()) for t in texts]
@@ -202,13 +197,7 @@ class Utf8Counter:
 # Python's str.split() whitespace that BERT's normalizer deletes as control characters
 # (joining the text around them) instead of splitting there.
 _GLUE = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
-# Whitespace for both str.split() and BERT once _GLUE is ruled out (Rust's White_Space).
-_SPACES = frozenset(
-    "\t\n\r \xa0\u1680\u2028\u2029\u202f\u205f\u3000" + "".join(map(chr, range(0x2000, 0x200B)))
-)
 _NONE = itertools.repeat(None)
-_SPACE_TABLE = np.zeros(0x3001, dtype=bool)
-_SPACE_TABLE[[ord(c) for c in _SPACES]] = True
 
 
 class TokenizerCounter:
@@ -216,9 +205,12 @@ class TokenizerCounter:
 
     For a BERT tokenizer (BertNormalizer, BertPreTokenizer: words never span whitespace)
     a text's count is the sum of its whitespace-separated words' counts, so counts come
-    from a per-process cache of word counts, filled by the tokenizer itself: on the corpus
-    that is about a tenth of the CPU of tokenizing every page (and the same numbers). Any
-    other tokenizer is run on the whole text.
+    from per-process caches of word counts, a block of pages at a time: short words from
+    a :class:`~stages.wordtable.WordTable` (uncased WordPiece; room for ``cache_words``
+    keys or more), any other from a dict of at most ``cache_words`` words. The misses of a block
+    are counted together, by :class:`AsciiWordPiece` where it can and by the tokenizer
+    itself for the rest: on the corpus a small fraction of the CPU of tokenizing every
+    page, and the same numbers. Any other tokenizer is run on the whole text.
     """
 
     def __init__(self, path: Path | str, max_tokens: int, name: str, cache_words: int = 200_000):
@@ -230,9 +222,10 @@ class TokenizerCounter:
         tok.no_truncation()
         tok.no_padding()
         self._tok = tok
-        self._name = name
-        self._window = max_tokens - tok.num_special_tokens_to_add(is_pair=False)
-        if self._window <= 0:
+        self.name = name
+        window = max_tokens - tok.num_special_tokens_to_add(is_pair=False)
+        self.window = self.chunk_tokens = window
+        if self.window <= 0:
             raise ConfigurationError(f"{name}: window of {max_tokens} leaves no room for text")
         self._by_word = (
             type(tok.normalizer).__name__ == "BertNormalizer"
@@ -240,21 +233,11 @@ class TokenizerCounter:
         )
         self._cache: dict[str, int] = {}
         self._cache_words = cache_words
-        self._ascii = AsciiWordPiece.of(Path(path)) if self._by_word else None
+        # Twice as many slots as words: the table empties itself when half full.
+        self._table = WordTable(1 << (2 * cache_words - 1).bit_length())
+        self._ascii = AsciiWordPiece.of(Path(path), tok) if self._by_word else None
         # The chunk stage runs several jobs' chunking in threads at once.
         self._lock = threading.Lock()
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def window(self) -> int:
-        return self._window
-
-    @property
-    def chunk_tokens(self) -> int:
-        return self._window
 
     def counts(self, texts: Sequence[str]) -> list[int]:
         if not self._by_word:
@@ -267,27 +250,52 @@ class TokenizerCounter:
         tokenizer, when whitespace (or the text's edge) is on both sides."""
         return (
             self._by_word
-            and (start == 0 or text[start - 1] in _SPACES)
-            and (end == len(text) or text[end] in _SPACES)
+            and (start == 0 or text[start - 1] in SPACES)
+            and (end == len(text) or text[end] in SPACES)
         )
 
     def prefix(self, parts: Sequence[str], separator: str) -> Prefix:
+        """(For a BERT tokenizer, ``separator`` must be whitespace: it ends a word.)"""
         length = sum(map(len, parts)) + len(separator) * max(len(parts) - 1, 0)
         if not self._by_word:
             return self._offsets_prefix(separator.join(parts))
-        # Page by page: a whitespace separator ends a word, and only one page's words
-        # (Python strings) are alive at a time.
-        starts: list[Ints] = []
-        counts: list[Ints] = []
-        at = 0
-        for part in parts:
-            where, words = _word_starts(part)
-            starts.append(where + at)
-            counts.append(np.fromiter(self._word_counts(words), np.int64, len(words)))
-            at += len(part) + len(separator)
-        if not starts:
-            return Prefix(np.zeros(0, np.int64), np.zeros(0, np.int64), length)
+        starts: list[Ints] = [np.zeros(0, np.int64)]
+        counts: list[Ints] = [np.zeros(0, np.int64)]
+        for at, block in blocks(parts, separator):
+            chars = key_chars(block)
+            first, last = bounds(chars)
+            starts.append(first + at)
+            with self._lock:
+                counts.append(self._block_counts(block, chars, first, last))
         return Prefix(np.concatenate(starts), np.concatenate(counts), length)
+
+    def _block_counts(self, block: str, chars: Chars, starts: Ints, ends: Ints) -> Ints:
+        """Tokens of each word ``block[starts[i]:ends[i]]``: short printable-ASCII words
+        from the word table, the rest (sliced out) from the cache of words."""
+        counts = np.zeros(len(starts), np.int64)
+        keyed, keys = word_keys(chars, starts, ends)
+        if self._ascii is None:  # keys assume uncased BERT WordPiece (AsciiWordPiece.of)
+            keyed[:] = False
+            keys = keys[:0]
+        found = self._table.lookup(keys)
+        missing = np.flatnonzero(found == 0)
+        if len(missing):
+            new, first, which = distinct(keys[missing])
+            assert self._ascii is not None  # keys are made for it only
+            new_counts, hard = self._ascii.key_counts(new)
+            if hard.any():
+                at = np.flatnonzero(keyed)[missing[first[hard]]]
+                words = slices(block, starts[at], ends[at])
+                counted = self._tokenize_words(words)
+                new_counts[hard] = [counted[w] for w in words]
+            self._table.add(new, new_counts)
+            found[missing] = new_counts[which]
+        counts[keyed] = found
+        rest = np.flatnonzero(~keyed)
+        if len(rest):
+            rest_words = slices(block, starts[rest], ends[rest])
+            counts[rest] = cast("list[int]", self._word_counts_locked(rest_words))
+        return counts
 
     def _word_counts(self, words: list[str]) -> list[int]:
         with self._lock:
@@ -299,7 +307,7 @@ class TokenizerCounter:
         found = list(map(cache.get, words))
         if None not in found:
             return found
-        # Positions of the misses, found at C speed (most of a page's words are hits).
+        # Positions of the misses, found at C speed (most of a block's words are hits).
         misses = list(itertools.compress(range(len(found)), map(operator.is_, found, _NONE)))
         counted = self._count_words(list({words[i] for i in misses}))
         excess = len(cache) + len(counted) - self._cache_words
@@ -313,20 +321,14 @@ class TokenizerCounter:
         return found
 
     def _count_words(self, words: list[str]) -> dict[str, int]:
-        """Tokens of each word: plain ASCII words by :class:`AsciiWordPiece`, the rest
-        from one run of the tokenizer over them all."""
+        """Tokens of each word: by :class:`AsciiWordPiece` where it can, the rest from one
+        run of the tokenizer over them all."""
         if self._ascii is None:
             return self._tokenize_words(words)
-        counted: dict[str, int] = {}
-        hard: list[str] = []
-        for word in words:
-            n = self._ascii.count(word)
-            if n is None:
-                hard.append(word)
-            else:
-                counted[word] = n
-        if hard:
-            counted.update(self._tokenize_words(hard))
+        found = self._ascii.counts(words)
+        counted = {w: n for w, n in zip(words, found, strict=True) if n is not None}
+        if len(counted) < len(words):
+            counted.update(self._tokenize_words([w for w in words if w not in counted]))
         return counted
 
     def _tokenize_words(self, words: list[str]) -> dict[str, int]:
@@ -345,30 +347,12 @@ class TokenizerCounter:
         return Prefix(starts, counts.astype(np.int64), len(text))
 
 
-def _spaces(text: str) -> npt.NDArray[np.bool_]:
-    code = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    space = np.zeros(len(code), dtype=bool)
-    small = code < len(_SPACE_TABLE)
-    space[small] = _SPACE_TABLE[code[small]]
-    return space
-
-
 def _words(text: str) -> list[str]:
     """The whitespace-separated words of ``text``, as BERT's pre-tokenizer sees them."""
-    return text.split() if not _GLUE.search(text) else _word_starts(text)[1]
-
-
-def _word_starts(text: str) -> tuple[Ints, list[str]]:
-    """Where each word starts, and the words."""
-    space = _spaces(text)
-    edges = np.flatnonzero(np.diff(np.concatenate(([True], space, [True])).astype(np.int8)))
-    starts, ends = edges[0::2], edges[1::2]
     if not _GLUE.search(text):
-        words = text.split()
-        assert len(words) == len(starts), "word split disagrees with the whitespace table"
-        return starts, words
+        return text.split()
     # str.split() would cut at these; BERT deletes them and joins what is around them.
-    return starts, [text[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+    return slices(text, *bounds(key_chars(text)))
 
 
 def cohere_window(model: str) -> int:

@@ -3,6 +3,9 @@ over the embedder's window are recorded, counted in the metrics and shown by sta
 
 from __future__ import annotations
 
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -10,17 +13,26 @@ from prometheus_client import REGISTRY
 
 from stages import store
 from stages.app import status_notes
-from tests.support.pipeline_env import TimedCohere, cohere_env, pipeline_env, sample
+from tests.support.pipeline_env import PipelineEnv, TimedCohere, cohere_env, pipeline_env, sample
 
 pytestmark = pytest.mark.anyio
+
+
+@contextlib.asynccontextmanager
+async def one_sample(
+    dsn: str, tmp_path: Path, fake_cohere: TimedCohere, name: str, **env: str
+) -> AsyncIterator[tuple[PipelineEnv, uuid.UUID]]:
+    """A pipeline on the fake Cohere server with ``env``, sample ``name`` submitted."""
+    async with pipeline_env(dsn, tmp_path / "data", **cohere_env(fake_cohere, **env)) as penv:
+        [doc] = await penv.submit_all([sample(name)])
+        yield penv, doc
 
 
 async def test_rechunking_embeds_only_the_chunks_whose_text_changed(
     dsn: str, tmp_path: Path, fake_cohere: TimedCohere
 ) -> None:
     small = {"RAGLINE_CHUNK_TOKENS": "300", "RAGLINE_CHUNK_OVERLAP_TOKENS": "0"}
-    async with pipeline_env(dsn, tmp_path / "data", **cohere_env(fake_cohere, **small)) as env:
-        [doc] = await env.submit_all([sample("lighthouses.pdf")])
+    async with one_sample(dsn, tmp_path, fake_cohere, "lighthouses.pdf", **small) as (env, doc):
         await env.run()
         first = {c.sha256 for c in await env.chunks(doc)}
         assert fake_cohere.snapshot().texts_embedded == len(first)
@@ -51,8 +63,8 @@ async def test_chunks_over_the_window_are_recorded_counted_and_shown(
 ) -> None:
     # embed-english-v3.0 reads 512 tokens; 900-byte chunks can be longer than that.
     over = {"RAGLINE_EMBED_MODEL": "embed-english-v3.0", "RAGLINE_CHUNK_TOKENS": "900"}
-    async with pipeline_env(dsn, tmp_path / "data", **cohere_env(fake_cohere, **over)) as env:
-        [doc] = await env.submit_all([sample("rust-borrow-checker.pdf")])
+    name = "rust-borrow-checker.pdf"
+    async with one_sample(dsn, tmp_path, fake_cohere, name, **over) as (env, doc):
         before = over_window_total()
         await env.run()
         rows = await env.pool.fetch(

@@ -14,7 +14,9 @@ import pytest
 
 from runtime.errors import ConfigurationError
 from stages.chunking import Chunk, ChunkConfig, ChunkSizes, chunk_pages, is_heading
+from stages.paragraphs import Joined, atoms
 from stages.pdf import iter_pages, open_pdf
+from stages.tokens import CharCounter
 from tests.support.corpus import corpus_pdfs
 
 WORD = re.compile(r"p(\d+)w\d+")
@@ -220,3 +222,30 @@ def test_corpus_documents_chunk_within_bounds() -> None:
         assert spans == sorted(spans)
         # Every word of the document is in some chunk.
         assert set(joined.split()) == {w for c in chunks for w in c.text.split()}
+
+
+def blank_line_paragraphs(text: str) -> list[tuple[int, int]]:
+    """The paragraphs' spans by definition: split at blank lines, strip whitespace."""
+    cuts = [0]
+    for brk in re.finditer(r"\n[ \t]*\n", text):
+        cuts += [brk.start(), brk.end()]
+    cuts.append(len(text))
+    spans = []
+    for start, end in zip(cuts[::2], cuts[1::2], strict=True):
+        piece = text[start:end]
+        if piece.strip():
+            lead, trail = len(piece) - len(piece.lstrip()), len(piece) - len(piece.rstrip())
+            spans.append((start + lead, end - trail))
+    return spans
+
+
+def test_paragraphs_are_the_stripped_text_between_blank_lines() -> None:
+    rng = random.Random(5)
+    alphabet = " \t\n\r\xa0\u2003\x0bab.#"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(20000)]
+    texts += ["\n".join(text for _, text in tagged_pages(5, seed)) for seed in (1, 2)]
+    counter = CharCounter(window=10**6)
+    for text in texts:
+        joined = Joined(text, counter.prefix([text], ""), counter)
+        spans = [(a.start, a.end) for a in atoms(joined, 10**6)]
+        assert spans == blank_line_paragraphs(text), repr(text)

@@ -6,9 +6,11 @@ chunk is longer than all-MiniLM-L6-v2's window on CJK, Cyrillic and code pages."
 from __future__ import annotations
 
 import functools
+import json
 import random
 import re
 import string
+from pathlib import Path
 
 import pytest
 import tokenizers
@@ -28,6 +30,7 @@ from stages.tokens import (
     local_counter,
     token_counter_for,
 )
+from stages.wordtable import bounds, key_chars, word_keys
 from tests.support.corpus import corpus_pdfs
 
 #: Corpus pages by script: (file, first page, last page), 1-based, inclusive.
@@ -262,4 +265,68 @@ def test_words_with_unicode_punctuation_and_cjk_counted_in_python_equal_the_toke
     assert counter._count_words(listed) == counter._tokenize_words(listed)
     ascii_path = counter._ascii
     assert ascii_path is not None
-    assert sum(ascii_path.count(w) is not None for w in listed) > len(listed) // 10
+    assert sum(n is not None for n in ascii_path.counts(listed)) > len(listed) // 10
+
+
+def test_word_keys_are_shared_only_by_words_of_equal_counts() -> None:
+    text = (
+        "don't don’t don“t 日本 中文 !! word word, Word 0123456789abcdef 0123456789abcdefg "
+        "Маяк naïve tab\x01bed"
+    )
+    keyed_words = text.split()[:10]
+    points = key_chars(text)
+    starts, ends = bounds(points)
+    keyed, keys = word_keys(points, starts, ends)
+    assert [w for w, k in zip(text.split(), keyed.tolist(), strict=True) if k] == keyed_words
+    counted = TokenizerCounter(MINILM_TOKENIZER, MINILM_MAX_TOKENS, "test")._tokenize_words(
+        keyed_words
+    )
+    by_key: dict[tuple[int, int], set[int]] = {}
+    for word, key in zip(keyed_words, keys.tolist(), strict=True):
+        by_key.setdefault((key[0], key[1]), set()).add(counted[word])
+    assert all(len(found) == 1 for found in by_key.values())
+    # Typographic punctuation and ideographs count as "!" (don’t = don“t, 日本 = 中文 = !!);
+    # other words have keys of their own.
+    assert len(by_key) == len(keyed_words) - 3
+
+
+@pytest.mark.parametrize("cache_words", [64, 200_000])
+def test_word_table_counts_equal_the_tokenizer(cache_words: int) -> None:
+    """Short words of ASCII, typographic punctuation and ideographs come from the word
+    table (a small one empties itself many times over); each word's share of the prefix
+    array is its count."""
+    counter = TokenizerCounter(MINILM_TOKENIZER, MINILM_MAX_TOKENS, "test", cache_words)
+    rng = random.Random(13)
+    alphabet = string.ascii_letters * 3 + string.digits + string.punctuation + "’“”—…日本語。"
+    words = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 20))) for _ in range(6000)]
+    words += ["a[SEP]b", "[UNK]", "x’[MASK]", "[CLS]’"]  # added tokens: to the tokenizer
+    words += rng.choices(words, k=6000)  # seen again: from the table
+    pages = [" ".join(words[i : i + 300]) for i in range(0, len(words), 300)]
+    prefix = counter.prefix(pages, "\n\n")
+    text = "\n\n".join(pages)
+    starts, ends = bounds(key_chars(text))
+    shares = [prefix.size(s, e) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+    expected = counter._tokenize_words(text.split())
+    assert shares == [expected[w] for w in text.split()]
+    keyed, keys = word_keys(key_chars(text), starts, ends)
+    assert keyed.dtype == bool and keyed.sum() > 0.7 * len(starts)  # lengths 1-20
+    if cache_words > len(words):
+        assert counter._table.lookup(keys).all()  # every keyed word is in the table
+
+
+@pytest.mark.parametrize("setting", ["lowercase", "handle_chinese_chars"])
+def test_other_bert_tokenizers_are_counted_word_by_word(tmp_path: Path, setting: str) -> None:
+    """Keys assume an uncased BERT WordPiece that spaces CJK ideographs: any other BERT
+    tokenizer's words all go through the tokenizer (and the cache), with its counts."""
+    spec = json.loads(MINILM_TOKENIZER.read_text())
+    spec["normalizer"][setting] = False
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec))
+    counter = TokenizerCounter(path, MINILM_MAX_TOKENS, "cased")
+    tok = tokenizers.Tokenizer.from_file(str(path))
+    tok.no_truncation()
+    texts = [text for _, text in russian_pages(2)] + ["Word word WORD don’t 龘龘龘 !!! x" * 20]
+    expected = [len(tok.encode(t, add_special_tokens=False).ids) for t in texts]
+    assert counter._ascii is None
+    assert counter.counts(texts) == expected
+    assert int(counter.prefix(texts, "\n\n")[-1]) == sum(expected)
