@@ -20,9 +20,12 @@ time of plain text, so the chunker finds headings from the text instead.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import hashlib
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -265,10 +268,49 @@ def _skipped(doc: pymupdf.Document, page: Any, what: str, exc: BaseException) ->
 
 
 def _page_text(page: Any) -> str:
-    blocks = page.get_text("blocks", flags=_TEXT_FLAGS)
+    blocks = _text_blocks(page)
     text = "\n\n".join(t for b in blocks if b[6] == 0 and (t := b[4].strip()))
     # Some fonts map glyphs to U+0000; PostgreSQL text cannot hold it, and it means nothing.
     return text.replace("\x00", "") if "\x00" in text else text
+
+
+_decref = ctypes.pythonapi.Py_DecRef
+_decref.argtypes = [ctypes.py_object]
+_decref.restype = None
+
+
+def _text_blocks(page: Any) -> list[tuple[Any, ...]]:
+    """``page.get_text("blocks")`` without PyMuPDF 2.0's leak: its C helper (``_as_blocks``
+    in src/extra.i) appends each block tuple to the list and never drops its own
+    reference, so every block of every page stayed in memory with its text (about 10 kB
+    a page: 130 MB over bench.ingest's corpus, upstream issue 5067). The leaked reference
+    is given back here, on tuples only this list holds; a PyMuPDF that does not leak is
+    left alone (:func:`_leaks_blocks`)."""
+    blocks: list[tuple[Any, ...]] = page.get_textpage(flags=_TEXT_FLAGS).extractBLOCKS()
+    if _leaks_blocks():
+        for block in blocks:
+            # The list's reference, ``block``'s and the argument's; a fourth is the leak.
+            if sys.getrefcount(block) > 3:
+                _decref(block)
+    return blocks
+
+
+@functools.cache
+def _leaks_blocks() -> bool:
+    """Whether this PyMuPDF's ``extractBLOCKS`` leaks a reference on each block, probed
+    once on a page made in memory."""
+    doc = pymupdf.open()
+    try:
+        page = doc.new_page()
+        page.insert_text((72, 72), "probe")
+        blocks = page.get_textpage(flags=_TEXT_FLAGS).extractBLOCKS()
+        # A tuple only the list holds has two: the list's and the argument's.
+        leaks = sys.getrefcount(blocks[0]) > 2
+        if leaks:
+            _decref(blocks[0])
+    finally:
+        doc.close()
+    return leaks
 
 
 def _page_images(
