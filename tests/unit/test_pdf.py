@@ -19,6 +19,7 @@ from pathlib import Path
 import pymupdf
 import pytest
 
+import stages.pdf
 from runtime.errors import InvalidDocument, MissingInput
 from stages.pdf import Image, PageText, _page_text, _text_blocks, iter_pages, open_pdf
 from tests.support.corpus import big_pdf, broken_pdfs, corpus_pdfs
@@ -261,6 +262,21 @@ def test_trimming_the_cache_does_not_change_output() -> None:
     plain = list(iter_pages(open_pdf(data, name="a.pdf")))
     trimmed = list(iter_pages(open_pdf(data, name="a.pdf"), trim_cache_every_pages=1))
     assert plain == trimmed
+
+
+def test_decoded_images_over_the_budget_empty_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = images_pdf()
+    plain = list(iter_pages(open_pdf(data, name="a.pdf")))
+    pages: list[tuple[PageText, list[Image]]] = []
+    emptied_after: list[int] = []
+    monkeypatch.setattr(stages.pdf, "DECODED_IMAGES_BUDGET", 200 * 150 * 4 - 1)
+    monkeypatch.setattr(pymupdf.TOOLS, "store_shrink", lambda _: emptied_after.append(len(pages)))
+    for page in iter_pages(open_pdf(data, name="a.pdf")):
+        pages.append(page)
+    assert pages == plain
+    # Photo A (200x150) is over the budget alone, photo B (160x120) twice (its copy on
+    # page 3 under another xref is decoded too); then the last page.
+    assert emptied_after == [0, 2, 3]
 
 
 @pytest.mark.parametrize("stem", ["lighthouses", "sourdough", "rust-borrow-checker"])
