@@ -130,11 +130,19 @@ def _check_header(head: bytes, name: str) -> None:
         )
 
 
+class _Document(pymupdf.Document):
+    """A PDF opened without its outline, which ragline never reads: PyMuPDF loads it on
+    open, resolving each bookmark to its page (3% of parsing's CPU on the corpus)."""
+
+    def _loadOutline(self) -> None:
+        return None
+
+
 def _open(source: Source, name: str) -> pymupdf.Document:
     try:
         if isinstance(source, bytes):
-            return pymupdf.open(stream=source, filetype="pdf")
-        return pymupdf.open(os.fspath(source), filetype="pdf")
+            return _Document(stream=source, filetype="pdf")
+        return _Document(os.fspath(source), filetype="pdf")
     except (pymupdf.FileNotFoundError, FileNotFoundError) as exc:
         raise MissingInput(_msg(name, "file not found; submit it again")) from exc
     except (pymupdf.FileDataError, *_MUPDF_ERRORS) as exc:
@@ -292,11 +300,10 @@ _decref.restype = None
 
 def _text_blocks(page: Any) -> list[tuple[Any, ...]]:
     """``page.get_text("blocks")`` without PyMuPDF 2.0's leak: its C helper (``_as_blocks``
-    in src/extra.i) appends each block tuple to the list and never drops its own
-    reference, so every block of every page stayed in memory with its text (about 10 kB
-    a page: 130 MB over bench.ingest's corpus, upstream issue 5067). The leaked reference
-    is given back here, on tuples only this list holds; a PyMuPDF that does not leak is
-    left alone (:func:`_leaks_blocks`)."""
+    in src/extra.i) appends each block tuple with ``LIST_APPEND``, which keeps a reference,
+    so every block of every page stayed in memory with its text (~10 kB a page, 130 MB
+    over bench.ingest's corpus). That reference is given back, on tuples only this list
+    holds, and only where :func:`_leaks_blocks` found the leak."""
     blocks: list[tuple[Any, ...]] = page.get_textpage(flags=_TEXT_FLAGS).extractBLOCKS()
     if _leaks_blocks():
         for block in blocks:
@@ -308,19 +315,14 @@ def _text_blocks(page: Any) -> list[tuple[Any, ...]]:
 
 @functools.cache
 def _leaks_blocks() -> bool:
-    """Whether this PyMuPDF's ``extractBLOCKS`` leaks a reference on each block, probed
-    once on a page made in memory."""
+    """Whether ``extractBLOCKS`` leaks a reference on each block, probed on a made page."""
     doc = pymupdf.open()
-    try:
-        page = doc.new_page()
-        page.insert_text((72, 72), "probe")
-        blocks = page.get_textpage(flags=_TEXT_FLAGS).extractBLOCKS()
-        # A tuple only the list holds has two: the list's and the argument's.
-        leaks = sys.getrefcount(blocks[0]) > 2
-        if leaks:
-            _decref(blocks[0])
-    finally:
-        doc.close()
+    page = doc.new_page()
+    page.insert_text((72, 72), "probe")
+    blocks = page.get_textpage(flags=_TEXT_FLAGS).extractBLOCKS()
+    # A tuple only the list holds has two references: the list's and the argument's.
+    if leaks := sys.getrefcount(blocks[0]) > 2:
+        _decref(blocks[0])
     return leaks
 
 
