@@ -130,6 +130,17 @@ def test_encrypted_with_empty_user_password_opens() -> None:
     assert "open to all" in page.text
 
 
+def test_the_outline_is_not_loaded() -> None:
+    """PyMuPDF resolves every bookmark on open; ragline never reads them (stages.pdf)."""
+    doc = pymupdf.open(stream=pdf_bytes(["intro", "body"]), filetype="pdf")
+    doc.set_toc([[1, "Intro", 1], [1, "Body", 2]])
+    data = bytes(doc.tobytes())
+    assert pymupdf.open(stream=data, filetype="pdf").outline is not None
+    opened = open_pdf(data, name="toc.pdf")
+    assert opened.outline is None
+    assert [text.text for text, _ in iter_pages(opened)] == ["intro", "body"]
+
+
 def test_text_of_every_page_in_order() -> None:
     doc = open_pdf(pdf_bytes(["alpha page", "beta page", "gamma page"]), name="t.pdf")
     pages = [text for text, _ in iter_pages(doc)]
