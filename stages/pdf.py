@@ -227,8 +227,9 @@ def iter_pages(
     so RSS levels off however long the document is (on a 2,000-page corpus PDF: 320 MB
     at page 1,000, 342 MB at page 2,000, of which 140 MB is PyMuPDF itself).
     ``trim_cache_every_pages=N`` empties that store every N pages: with N=200 the peak was
-    256 MB for about 5% more CPU, which is why it is off by default. It is emptied too
-    once the images decoded since it last was (to PNG; each only once per document) pass
+    256 MB (193 MB once the block leak was fixed, ``python -m bench.parse``) for about 5%
+    more CPU, which is why it is off by default. It is emptied too once the images decoded
+    since it last was (to PNG; each only once per document) pass
     :data:`DECODED_IMAGES_BUDGET`: on the corpus's six most image-heavy manuals a parsing
     process peaked at 121 MB instead of 158 MB. After the last page the store and the glyph
     cache are emptied and free heap returned to the system.
