@@ -20,9 +20,12 @@ time of plain text, so the chunker finds headings from the text instead.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import hashlib
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,6 +63,9 @@ _TEXT_FLAGS = pymupdf.TEXTFLAGS_TEXT & ~pymupdf.TEXT_PRESERVE_LIGATURES
 # used to switch this off as a side effect; it is kept out of the process now.)
 pymupdf.TOOLS.mupdf_display_errors(False)
 _MEDIA_TYPES = {"png": "image/png", "jpeg": "image/jpeg"}
+#: MuPDF keeps every image it decodes (to convert it to PNG) in its store, though each is
+#: extracted once per document: past this many bytes of pixels the store is emptied.
+DECODED_IMAGES_BUDGET = 32 * 1024 * 1024
 
 
 class PageText(msgspec.Struct, frozen=True):
@@ -124,11 +130,19 @@ def _check_header(head: bytes, name: str) -> None:
         )
 
 
+class _Document(pymupdf.Document):
+    """A PDF opened without its outline, which ragline never reads: PyMuPDF loads it on
+    open, resolving each bookmark to its page (3% of parsing's CPU on the corpus)."""
+
+    def _loadOutline(self) -> None:
+        return None
+
+
 def _open(source: Source, name: str) -> pymupdf.Document:
     try:
         if isinstance(source, bytes):
-            return pymupdf.open(stream=source, filetype="pdf")
-        return pymupdf.open(os.fspath(source), filetype="pdf")
+            return _Document(stream=source, filetype="pdf")
+        return _Document(os.fspath(source), filetype="pdf")
     except (pymupdf.FileNotFoundError, FileNotFoundError) as exc:
         raise MissingInput(_msg(name, "file not found; submit it again")) from exc
     except (pymupdf.FileDataError, *_MUPDF_ERRORS) as exc:
@@ -181,13 +195,15 @@ def _msg(name: str, reason: str) -> str:
 
 
 class _Seen:
-    """Images already handled in this document, by xref and by content hash."""
+    """Images already handled in this document, by xref and by content hash, and the
+    bytes of pixels MuPDF decoded for them since its store was last emptied."""
 
-    __slots__ = ("hashes", "xrefs")
+    __slots__ = ("decoded", "hashes", "xrefs")
 
     def __init__(self) -> None:
         self.xrefs: set[int] = set()
         self.hashes: set[str] = set()
+        self.decoded = 0
 
 
 def iter_pages(
@@ -211,8 +227,12 @@ def iter_pages(
     so RSS levels off however long the document is (on a 2,000-page corpus PDF: 320 MB
     at page 1,000, 342 MB at page 2,000, of which 140 MB is PyMuPDF itself).
     ``trim_cache_every_pages=N`` empties that store every N pages: with N=200 the peak was
-    256 MB for about 5% more CPU, which is why it is off by default. After the last page
-    the store and the glyph cache are emptied and free heap returned to the system.
+    256 MB (193 MB once the block leak was fixed, ``python -m bench.parse``) for about 5%
+    more CPU, which is why it is off by default. It is emptied too once the images decoded
+    since it last was (to PNG; each only once per document) pass
+    :data:`DECODED_IMAGES_BUDGET`: on the corpus's six most image-heavy manuals a parsing
+    process peaked at 121 MB instead of 158 MB. After the last page the store and the glyph
+    cache are emptied and free heap returned to the system.
     """
     seen = _Seen()
     limits = (min_image_px, min_image_bytes, max_image_pixels)
@@ -221,8 +241,11 @@ def iter_pages(
         text, images = _read_page(doc, page, seen, limits)
         # Drop the page (and its display list) before the caller handles the results.
         del page
-        if trim_cache_every_pages and (number + 1) % trim_cache_every_pages == 0:
+        if seen.decoded > DECODED_IMAGES_BUDGET or (
+            trim_cache_every_pages and (number + 1) % trim_cache_every_pages == 0
+        ):
             pymupdf.TOOLS.store_shrink(100)
+            seen.decoded = 0
         yield PageText(page=number + 1, text=text), images
     _release_document_memory()
 
@@ -265,10 +288,43 @@ def _skipped(doc: pymupdf.Document, page: Any, what: str, exc: BaseException) ->
 
 
 def _page_text(page: Any) -> str:
-    blocks = page.get_text("blocks", flags=_TEXT_FLAGS)
+    blocks = _text_blocks(page)
     text = "\n\n".join(t for b in blocks if b[6] == 0 and (t := b[4].strip()))
     # Some fonts map glyphs to U+0000; PostgreSQL text cannot hold it, and it means nothing.
     return text.replace("\x00", "") if "\x00" in text else text
+
+
+_decref = ctypes.pythonapi.Py_DecRef
+_decref.argtypes = [ctypes.py_object]
+_decref.restype = None
+
+
+def _text_blocks(page: Any) -> list[tuple[Any, ...]]:
+    """``page.get_text("blocks")`` without PyMuPDF 2.0's leak: its C helper (``_as_blocks``
+    in src/extra.i) appends each block tuple with ``LIST_APPEND``, which keeps a reference,
+    so every block of every page stayed in memory with its text (~10 kB a page, 130 MB
+    over bench.ingest's corpus). That reference is given back, on tuples only this list
+    holds, and only where :func:`_leaks_blocks` found the leak."""
+    blocks: list[tuple[Any, ...]] = page.get_textpage(flags=_TEXT_FLAGS).extractBLOCKS()
+    if _leaks_blocks():
+        for block in blocks:
+            # The list's reference, ``block``'s and the argument's; a fourth is the leak.
+            if sys.getrefcount(block) > 3:
+                _decref(block)
+    return blocks
+
+
+@functools.cache
+def _leaks_blocks() -> bool:
+    """Whether ``extractBLOCKS`` leaks a reference on each block, probed on a made page."""
+    doc = pymupdf.open()
+    page = doc.new_page()
+    page.insert_text((72, 72), "probe")
+    blocks = page.get_textpage(flags=_TEXT_FLAGS).extractBLOCKS()
+    # A tuple only the list holds has two references: the list's and the argument's.
+    if leaks := sys.getrefcount(blocks[0]) > 2:
+        _decref(blocks[0])
+    return leaks
 
 
 def _page_images(
@@ -295,6 +351,9 @@ def _page_images(
             )
             continue
         image = _extract(doc, xref, page.number + 1)
+        if image is None or image.ext == "png":
+            # Decoded (a PDF holds no PNG), and the pixels stay in MuPDF's store.
+            seen.decoded += width * height * 4
         if image is None or len(image.data) < min_bytes or image.sha256 in seen.hashes:
             continue
         seen.hashes.add(image.sha256)

@@ -19,8 +19,9 @@ from pathlib import Path
 import pymupdf
 import pytest
 
+import stages.pdf
 from runtime.errors import InvalidDocument, MissingInput
-from stages.pdf import Image, PageText, iter_pages, open_pdf
+from stages.pdf import Image, PageText, _page_text, _text_blocks, iter_pages, open_pdf
 from tests.support.corpus import big_pdf, broken_pdfs, corpus_pdfs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,6 +130,17 @@ def test_encrypted_with_empty_user_password_opens() -> None:
     assert "open to all" in page.text
 
 
+def test_the_outline_is_not_loaded() -> None:
+    """PyMuPDF resolves every bookmark on open; ragline never reads them (stages.pdf)."""
+    doc = pymupdf.open(stream=pdf_bytes(["intro", "body"]), filetype="pdf")
+    doc.set_toc([[1, "Intro", 1], [1, "Body", 2]])
+    data = bytes(doc.tobytes())
+    assert pymupdf.open(stream=data, filetype="pdf").outline is not None
+    opened = open_pdf(data, name="toc.pdf")
+    assert opened.outline is None
+    assert [text.text for text, _ in iter_pages(opened)] == ["intro", "body"]
+
+
 def test_text_of_every_page_in_order() -> None:
     doc = open_pdf(pdf_bytes(["alpha page", "beta page", "gamma page"]), name="t.pdf")
     pages = [text for text, _ in iter_pages(doc)]
@@ -148,6 +160,27 @@ def test_an_unreadable_page_is_left_out_and_the_rest_parsed(
         texts = [text.text for text, _ in iter_pages(opened)]
     assert texts == ["", "second page"]
     assert "page 1 text cannot be read" in caplog.text
+
+
+def test_page_text_keeps_no_block_in_memory() -> None:
+    """PyMuPDF 2.0 leaks every block tuple of ``extractBLOCKS`` (and its text with it);
+    ``_page_text`` gives those references back, so reading a page again and again holds
+    nothing more (before: 6 objects per block per read)."""
+    doc = open_pdf(pdf_bytes(["first block\nsecond line"] * 2), name="leak.pdf")
+    page = doc.load_page(0)
+    assert _page_text(page) == "first block\nsecond line"
+    before = sys.getallocatedblocks()
+    for _ in range(300):
+        _page_text(page)
+    assert sys.getallocatedblocks() - before < 100
+
+
+def test_text_blocks_are_held_by_their_list_alone() -> None:
+    doc = open_pdf(pdf_bytes(["one page"]), name="refs.pdf")
+    blocks = _text_blocks(doc.load_page(0))
+    # The list's reference and the argument's: no leaked one, none taken too many.
+    assert [sys.getrefcount(blocks[i]) for i in range(len(blocks))] == [2] * len(blocks)
+    assert blocks[0][4] == "one page\n"
 
 
 def test_ligatures_are_expanded() -> None:
@@ -240,6 +273,21 @@ def test_trimming_the_cache_does_not_change_output() -> None:
     plain = list(iter_pages(open_pdf(data, name="a.pdf")))
     trimmed = list(iter_pages(open_pdf(data, name="a.pdf"), trim_cache_every_pages=1))
     assert plain == trimmed
+
+
+def test_decoded_images_over_the_budget_empty_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = images_pdf()
+    plain = list(iter_pages(open_pdf(data, name="a.pdf")))
+    pages: list[tuple[PageText, list[Image]]] = []
+    emptied_after: list[int] = []
+    monkeypatch.setattr(stages.pdf, "DECODED_IMAGES_BUDGET", 200 * 150 * 4 - 1)
+    monkeypatch.setattr(pymupdf.TOOLS, "store_shrink", lambda _: emptied_after.append(len(pages)))
+    for page in iter_pages(open_pdf(data, name="a.pdf")):
+        pages.append(page)
+    assert pages == plain
+    # Photo A (200x150) is over the budget alone, photo B (160x120) twice (its copy on
+    # page 3 under another xref is decoded too); then the last page.
+    assert emptied_after == [0, 2, 3]
 
 
 @pytest.mark.parametrize("stem", ["lighthouses", "sourdough", "rust-borrow-checker"])
