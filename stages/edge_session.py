@@ -22,11 +22,12 @@ an unwanted one lasts until idle ``idle_keep_s`` (2 s). The minimum hold matters
 several indexing processes: handing the lock over after every operation made each one
 reload the shard every time (measured: a third of the index stage's CPU).
 
-Index jobs are in no hurry, and each hand-over costs a load (taker) and a flush (giver):
-a session wanted only by processes waiting to write a document (``replace_document``)
-is held ``batch_min_hold_s`` (4 s) and ``batch_max_hold_s`` (8 s) instead; the waiter's
-index slots are taken meanwhile, so the holder claims and writes most index jobs. A
-search, a count or a delete still gets the shard within 1-2 s. flock is not fair, so a
+Each hand-over costs a load (taker) and a flush (giver), so a session wanted only by
+processes waiting to write a document (``replace_document``) may be held longer:
+``batch_min_hold_s`` and ``batch_max_hold_s``. They default to the same 1 s and 2 s:
+4 s and 8 s saved a few shard loads but left the last documents of a run waiting up to
+8 s for their index write (bench.ingest's tail), and a document's readiness is worth
+more than a load. flock is not fair, so a
 process that handed its session over waits until the waiters have the lock (their
 markers gone), after any other release ``yield_s``. That wait is bounded by
 ``handover_wait_s`` (0.25 s: a waiter that is runnable takes the lock within a few ms;
@@ -101,8 +102,8 @@ class EdgeIndexConfig(msgspec.Struct, frozen=True, kw_only=True):
     idle_close_s: float = 0.05
     min_hold_s: float = 1.0
     max_hold_s: float = 2.0
-    batch_min_hold_s: float = 4.0
-    batch_max_hold_s: float = 8.0
+    batch_min_hold_s: float = 1.0
+    batch_max_hold_s: float = 2.0
     idle_keep_s: float = 2.0
     flush_every_s: float = 1.0
     yield_s: float = 0.005
