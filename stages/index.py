@@ -49,7 +49,9 @@ class IndexStage:
 
     async def process(self, ctx: JobContext) -> Written:
         job = ctx.job
-        where, found = await model_switch.index_targets(ctx.pool, self.services, job.document_id)
+        where, found = await model_switch.targets_and_tenant(
+            ctx.pool, self.services, job.document_id
+        )
         # A document whose row is gone: its points are about to be deleted anyway.
         tenant = found or DEFAULT_COLLECTION
         live = where.live

@@ -18,6 +18,7 @@ the new collection; then the old collection is deleted.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -132,21 +133,19 @@ async def open_migration(db: Pool | DbConn) -> Migration | None:
 
 async def targets(pool: Pool, services: Services) -> Targets:
     """The live collection and, while a migration builds, its target."""
-    current = await live(pool, services)
-    migration = await open_migration(pool)
-    building = migration if migration is not None and migration.state == "building" else None
-    return Targets(live=current, building=building)
+    where, _ = await targets_and_tenant(pool, services, None)
+    return where
 
 
-async def index_targets(
-    pool: Pool, services: Services, document_id: Any
+async def targets_and_tenant(
+    pool: Pool, services: Services, document_id: uuid.UUID | None
 ) -> tuple[Targets, str | None]:
-    """:func:`targets` and the document's collection (None when its row is gone) in one
-    query: the index stage asks on every job."""
-    row: Any = await pool.fetchrow(Q["index_targets"], ALIAS, document_id)
+    """:func:`targets` and the document's collection (None when its row is gone, or no
+    document is asked for) in one query: the embed and index stages ask on every job."""
+    row: Any = await pool.fetchrow(Q["targets"], ALIAS, document_id)
     if row is None:  # no alias row yet: record the configured model's, the slow way
         await live(pool, services)
-        row = await pool.fetchrow(Q["index_targets"], ALIAS, document_id)
+        row = await pool.fetchrow(Q["targets"], ALIAS, document_id)
     building = None
     if row["m_id"] is not None:
         fields = {name: row[f"m_{name}"] for name in Migration.__struct_fields__}

@@ -6,11 +6,12 @@
 -- $1 alias
 SELECT alias, model, dimensions, collection FROM vector_aliases WHERE alias = $1;
 
--- name: index_targets
--- What an index job reads before writing, in one round trip: the live vector collection,
--- the alias's migration while it builds (NULL columns otherwise) and the document's
--- collection (NULL when the row is gone). No row: the alias is not recorded yet.
--- $1 alias, $2 document id
+-- name: targets
+-- What embed and index jobs read before writing, in one round trip: the live vector
+-- collection, the alias's migration while it builds (NULL columns otherwise) and the
+-- document's collection (NULL when the row is gone or $2 is NULL). No row: the alias is
+-- not recorded yet.
+-- $1 alias, $2 document id (or NULL)
 SELECT a.model, a.dimensions, a.collection,
        (SELECT d.collection FROM documents AS d WHERE d.id = $2) AS tenant,
        m.id AS m_id, m.alias AS m_alias, m.from_model AS m_from_model,
