@@ -93,14 +93,18 @@ class ChunkVector(StoredChunk, frozen=True, kw_only=True):
     section: str | None = None
 
 
+def _columns(rows: Sequence[msgspec.Struct], *fields: str) -> list[list[Any]]:
+    """One list per field of ``rows``, in the order given: the arrays of an ``unnest(...)``
+    insert."""
+    return [[getattr(row, field) for row in rows] for field in fields]
+
+
 async def replace_pages(conn: Conn, document_id: uuid.UUID, pages: Sequence[Page]) -> None:
     await conn.execute(Q["delete_pages"], document_id)
     await conn.execute(
         Q["insert_pages"],
         document_id,
-        [p.page for p in pages],
-        [p.text for p in pages],
-        [p.section for p in pages],
+        *_columns(pages, "page", "text", "section"),
     )
 
 
@@ -116,13 +120,9 @@ async def replace_assets(conn: Conn, document_id: uuid.UUID, assets: Sequence[As
     await conn.execute(
         Q["upsert_assets"],
         document_id,
-        [a.sha256 for a in assets],
-        [a.object_key for a in assets],
-        [a.media_type for a in assets],
-        [a.byte_size for a in assets],
-        [a.page for a in assets],
-        [a.width for a in assets],
-        [a.height for a in assets],
+        *_columns(
+            assets, "sha256", "object_key", "media_type", "byte_size", "page", "width", "height"
+        ),
     )
 
 
@@ -166,13 +166,9 @@ async def _insert_chunks(
         kind,
         generation,
         list(range(first, first + len(chunks))),
-        [c.text for c in chunks],
-        [c.page_start for c in chunks],
-        [c.page_end for c in chunks],
-        [c.sha256 for c in chunks],
-        [c.tokens for c in chunks],
-        [c.over_window for c in chunks],
-        [c.section for c in chunks],
+        *_columns(
+            chunks, "text", "page_start", "page_end", "sha256", "tokens", "over_window", "section"
+        ),
     )
 
 
