@@ -28,23 +28,7 @@ from runtime.api import (
     TransientError,
     one_line,
 )
-from stages.vector_index import (
-    COLLECTION_FIELD,
-    DEFAULT_BATCH,
-    DOCUMENT_FIELD,
-    GENERATION_FIELD,
-    SCROLL_PAGE,
-    Hit,
-    Point,
-    PointRef,
-    batches,
-    check_collection,
-    check_document_points,
-    check_points,
-    is_ragline_collection,
-    missing_collection,
-    point_ref,
-)
+from stages import vector_index as vi
 
 R = TypeVar("R")
 
@@ -58,7 +42,7 @@ class QdrantConfig(msgspec.Struct, frozen=True, kw_only=True):
     api_key: str | None = None
     location: str | None = None
     timeout_s: int = 30
-    batch_size: int = DEFAULT_BATCH
+    batch_size: int = vi.DEFAULT_BATCH
 
     def __post_init__(self) -> None:
         if (self.url is None) == (self.location is None):
@@ -109,13 +93,13 @@ _QDRANT_ERRORS = (
 
 def _document_filter(document_id: uuid.UUID, **generation: qm.MatchValue) -> qm.Filter:
     must: list[qm.Condition] = [
-        qm.FieldCondition(key=DOCUMENT_FIELD, match=qm.MatchValue(value=str(document_id)))
+        qm.FieldCondition(key=vi.DOCUMENT_FIELD, match=qm.MatchValue(value=str(document_id)))
     ]
     if "equal" in generation:
-        must.append(qm.FieldCondition(key=GENERATION_FIELD, match=generation["equal"]))
+        must.append(qm.FieldCondition(key=vi.GENERATION_FIELD, match=generation["equal"]))
     must_not: list[qm.Condition] = []
     if "not_equal" in generation:
-        must_not.append(qm.FieldCondition(key=GENERATION_FIELD, match=generation["not_equal"]))
+        must_not.append(qm.FieldCondition(key=vi.GENERATION_FIELD, match=generation["not_equal"]))
     return qm.Filter(must=must, must_not=must_not or None)
 
 
@@ -124,14 +108,16 @@ def _tenant_filter(tenant: str | None, document_id: uuid.UUID | None = None) -> 
     collections existed), optionally of one document."""
     if tenant is None:
         return None if document_id is None else _document_filter(document_id)
-    match: qm.Condition = qm.FieldCondition(key=COLLECTION_FIELD, match=qm.MatchValue(value=tenant))
+    match: qm.Condition = qm.FieldCondition(
+        key=vi.COLLECTION_FIELD, match=qm.MatchValue(value=tenant)
+    )
     if tenant == "default":
-        empty = qm.IsEmptyCondition(is_empty=qm.PayloadField(key=COLLECTION_FIELD))
+        empty = qm.IsEmptyCondition(is_empty=qm.PayloadField(key=vi.COLLECTION_FIELD))
         match = qm.Filter(should=[match, empty])
     must: list[qm.Condition] = [match]
     if document_id is not None:
         must.append(
-            qm.FieldCondition(key=DOCUMENT_FIELD, match=qm.MatchValue(value=str(document_id)))
+            qm.FieldCondition(key=vi.DOCUMENT_FIELD, match=qm.MatchValue(value=str(document_id)))
         )
     return qm.Filter(must=must)
 
@@ -152,7 +138,7 @@ class QdrantIndex:
         self._known: set[str] = set()
 
     async def ensure_collection(self, name: str, dimensions: int) -> None:
-        check_collection(name)
+        vi.check_collection(name)
         try:
             if await self._client.collection_exists(name):
                 await self._check_dimensions(name, dimensions)
@@ -162,10 +148,10 @@ class QdrantIndex:
             raise _translate_qdrant(exc, f"ensure_collection {name}") from exc
         self._known.add(name)
 
-    async def upsert(self, collection: str, points: Sequence[Point]) -> None:
-        check_points(points)
+    async def upsert(self, collection: str, points: Sequence[vi.Point]) -> None:
+        vi.check_points(points)
         await self._require(collection)
-        for batch in batches(points, self.config.batch_size):
+        for batch in vi.batches(points, self.config.batch_size):
             structs = [
                 qm.PointStruct(id=str(p.id), vector=p.vector, payload=p.payload) for p in batch
             ]
@@ -175,9 +161,9 @@ class QdrantIndex:
             )
 
     async def replace_document(
-        self, collection: str, document_id: uuid.UUID, generation: int, points: Sequence[Point]
+        self, collection: str, document_id: uuid.UUID, generation: int, points: Sequence[vi.Point]
     ) -> None:
-        check_document_points(points, document_id, generation)
+        vi.check_document_points(points, document_id, generation)
         if points:
             await self.upsert(collection, points)
         await self.delete_document(collection, document_id, keep_generation=generation)
@@ -211,22 +197,22 @@ class QdrantIndex:
 
     async def scan(
         self, collection: str, document_id: uuid.UUID | None = None, *, tenant: str | None = None
-    ) -> list[PointRef]:
+    ) -> list[vi.PointRef]:
         await self._require(collection)
         query = _tenant_filter(tenant, document_id)
-        refs: list[PointRef] = []
+        refs: list[vi.PointRef] = []
         offset: qm.ExtendedPointId | None = None
         while True:
             records, offset = await self._call(
                 f"scroll {collection}", partial(self._scroll, collection, query, offset)
             )
-            refs.extend(point_ref(record.id, record.payload) for record in records)
+            refs.extend(vi.point_ref(record.id, record.payload) for record in records)
             if offset is None:
                 return refs
 
     async def search(
         self, collection: str, vector: Sequence[float], limit: int, *, tenant: str | None = None
-    ) -> list[Hit]:
+    ) -> list[vi.Hit]:
         await self._require(collection)
         query = list(vector)
         where = _tenant_filter(tenant)
@@ -237,18 +223,18 @@ class QdrantIndex:
             ),
         )
         return [
-            Hit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=dict(p.payload or {}))
+            vi.Hit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=dict(p.payload or {}))
             for p in response.points
         ]
 
     async def drop_collection(self, name: str) -> None:
-        check_collection(name)
+        vi.check_collection(name)
         self._known.discard(name)
         await self._call(f"drop {name}", lambda: self._client.delete_collection(name))
 
     async def point_alias(self, alias: str, collection: str) -> None:
         """One request: drop the alias and create it on ``collection``, atomically."""
-        check_collection(collection)
+        vi.check_collection(collection)
         operations: list[qm.AliasOperations] = [
             qm.DeleteAliasOperation(delete_alias=qm.DeleteAlias(alias_name=alias)),
             qm.CreateAliasOperation(
@@ -268,7 +254,7 @@ class QdrantIndex:
             found = await self._client.get_collections()
         except _QDRANT_ERRORS as exc:
             raise _translate_qdrant(exc, "collections") from exc
-        return sorted(c.name for c in found.collections if is_ragline_collection(c.name))
+        return sorted(c.name for c in found.collections if vi.is_ragline_collection(c.name))
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -285,9 +271,9 @@ class QdrantIndex:
         return await self._client.scroll(
             collection,
             scroll_filter=query,
-            limit=SCROLL_PAGE,
+            limit=vi.SCROLL_PAGE,
             offset=offset,
-            with_payload=[DOCUMENT_FIELD, GENERATION_FIELD],
+            with_payload=[vi.DOCUMENT_FIELD, vi.GENERATION_FIELD],
             with_vectors=False,
         )
 
@@ -299,12 +285,12 @@ class QdrantIndex:
             await self._call(what, lambda: self._client.delete(collection, selector, wait=True))
 
     async def _require(self, collection: str) -> None:
-        check_collection(collection)
+        vi.check_collection(collection)
         if collection in self._known:
             return
         what = f"lookup {collection}"
         if not await self._call(what, lambda: self._client.collection_exists(collection)):
-            raise missing_collection(collection)
+            raise vi.missing_collection(collection)
         self._known.add(collection)
 
     async def _create(self, name: str, dimensions: int) -> None:
@@ -317,11 +303,11 @@ class QdrantIndex:
         if self.config.location is None:
             # Local mode has no payload indexes and warns about them; the server builds one.
             await self._client.create_payload_index(
-                name, DOCUMENT_FIELD, field_schema=qm.PayloadSchemaType.KEYWORD
+                name, vi.DOCUMENT_FIELD, field_schema=qm.PayloadSchemaType.KEYWORD
             )
             # Tenant index: each collection's points stored together, searched alone.
             tenant = qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True)
-            await self._client.create_payload_index(name, COLLECTION_FIELD, field_schema=tenant)
+            await self._client.create_payload_index(name, vi.COLLECTION_FIELD, field_schema=tenant)
 
     async def _check_dimensions(self, name: str, dimensions: int) -> None:
         info = await self._client.get_collection(name)
