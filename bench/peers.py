@@ -43,7 +43,7 @@ import anyio
 import asyncpg
 import msgspec
 
-from bench.args import add_scale_args, bench_parser, scale_overrides
+from bench.args import bench_parser, parse_scaled
 from bench.database import Conn, bench_database, connection, pool_of, server_dsn
 from bench.harness.pipelines import STAGES
 from bench.queue import (
@@ -268,18 +268,9 @@ async def main(pgq: Any, opts: Options) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
-    parser = bench_parser("bench.peers", __doc__)
-    add_scale_args(
-        parser,
-        docs="documents per throughput run (2000)",
-        repeat="alternating pairs per slot count (2)",
-        quick="300 documents, slots 1,4, once",
-    )
-    args = parser.parse_args(argv)
-    opts = Options(server_dsn=server_dsn(), docs=2000, wake_jobs=200)
-    if args.quick:
-        opts = msgspec.structs.replace(opts, docs=300, slots=(1, 4), repeat=1, wake_jobs=40)
-    return msgspec.structs.replace(opts, **scale_overrides(args))
+    full = Options(server_dsn=server_dsn(), docs=2000, wake_jobs=200)
+    quick = msgspec.structs.replace(full, docs=300, slots=(1, 4), repeat=1, wake_jobs=40)
+    return parse_scaled(bench_parser("bench.peers", __doc__), argv, full, quick)[0]
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ of runs made side by side (alternating, median of ``--repeat``) mean much.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import math
 import random
@@ -30,7 +29,7 @@ import asyncpg
 import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from bench.args import add_scale_args, bench_parser, scale_overrides
+from bench.args import Scale, bench_parser, parse_scaled
 from bench.database import Conn
 from bench.database import bench_database as bench_database
 from bench.database import connection as connection
@@ -74,11 +73,8 @@ CLAIM_WARMUP = 20
 RUN_TIMEOUT_S = 600.0
 
 
-class Options(msgspec.Struct, frozen=True, kw_only=True):
+class Options(Scale, frozen=True, kw_only=True):
     server_dsn: str
-    docs: int = 5000
-    slots: tuple[int, ...] = (1, 4, 16)
-    repeat: int = 2
     wake_jobs: int = 200
     claims: int = 1000
     small_rows: int = 1000
@@ -490,35 +486,16 @@ async def main(opts: Options) -> None:
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser = bench_parser("bench.queue", __doc__)
-    add_scale_args(
-        parser,
-        docs="documents for the throughput runs (5000)",
-        repeat="alternating runs per pair (2)",
-        quick="small sizes: a smoke run",
-    )
     parser.add_argument("--parts", help=f"comma-separated subset of {','.join(PARTS)}")
-    args = parser.parse_args(argv)
-    base = quick_options() if args.quick else Options(server_dsn=server_dsn())
-    return msgspec.structs.replace(base, **overrides(args))
-
-
-def quick_options() -> Options:
-    return Options(
-        server_dsn=server_dsn(),
-        docs=300,
-        slots=(1, 4),
-        repeat=1,
-        wake_jobs=40,
-        claims=200,
-        big_rows=100_000,
+    full = Options(server_dsn=server_dsn())
+    quick = msgspec.structs.replace(
+        full, docs=300, slots=(1, 4), repeat=1, wake_jobs=40, claims=200, big_rows=100_000
     )
-
-
-def overrides(args: argparse.Namespace) -> dict[str, Any]:
-    out = scale_overrides(args)
-    if args.parts:
-        out["parts"] = tuple(p for p in args.parts.split(",") if p in SECTIONS)
-    return out
+    opts, args = parse_scaled(parser, argv, full, quick)
+    if not args.parts:
+        return opts
+    parts = tuple(p for p in args.parts.split(",") if p in SECTIONS)
+    return msgspec.structs.replace(opts, parts=parts)
 
 
 if __name__ == "__main__":
