@@ -41,6 +41,8 @@ from tests.support.embedded_helpers import (
 SpawnChild = Callable[..., Child]
 #: An initialized data dir and a handle on its stopped cluster (not acquired yet).
 Stopped = tuple[Path, EmbeddedPostgres]
+#: The same, acquired by this process and then by a child process.
+TwoUsers = tuple[Path, EmbeddedPostgres, Child]
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the server to a user")
 can_add_users = pytest.mark.skipif(
@@ -52,6 +54,13 @@ can_add_users = pytest.mark.skipif(
 @pytest.fixture
 def stopped(initialized_data_dir: Path) -> Stopped:
     return initialized_data_dir, EmbeddedPostgres(initialized_data_dir)
+
+
+@pytest.fixture
+def two_users(stopped: Stopped, spawn_child: SpawnChild) -> TwoUsers:
+    data_dir, cluster = stopped
+    cluster.acquire()
+    return data_dir, cluster, spawn_child(data_dir)
 
 
 @pytest.fixture(params=["parent", "data dir"])
@@ -103,12 +112,8 @@ def test_second_process_reuses_the_cluster_and_last_release_stops_it(
     assert not (data_dir / "pg" / "data" / "postmaster.pid").exists()
 
 
-def test_first_process_release_keeps_the_cluster_for_the_second(
-    stopped: Stopped, spawn_child: SpawnChild
-) -> None:
-    data_dir, cluster = stopped
-    cluster.acquire()
-    child = spawn_child(data_dir)
+def test_first_process_release_keeps_the_cluster_for_the_second(two_users: TwoUsers) -> None:
+    _, cluster, child = two_users
 
     cluster.release()
     assert fetchval(child.dsn, "select 1") == 1
@@ -117,11 +122,9 @@ def test_first_process_release_keeps_the_cluster_for_the_second(
 
 
 def test_a_killed_user_is_pruned_so_the_last_live_release_stops_the_cluster(
-    stopped: Stopped, spawn_child: SpawnChild
+    two_users: TwoUsers,
 ) -> None:
-    data_dir, cluster = stopped
-    cluster.acquire()
-    child = spawn_child(data_dir)
+    data_dir, cluster, child = two_users
     assert len(list((data_dir / "users").iterdir())) == 2
 
     child.kill()
