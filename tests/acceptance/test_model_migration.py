@@ -76,8 +76,7 @@ class Probe:
         from stages.services import Services
 
         services = Services(self.env, self.data_dir)
-        pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=2)
-        try:
+        async with asyncpg.create_pool(self.dsn, min_size=1, max_size=2) as pool:
             async with services.lifespan():
                 while not self.stop.is_set():
                     try:
@@ -100,8 +99,6 @@ class Probe:
                         )
                     )
                     await asyncio.sleep(0.05)
-        finally:
-            await pool.close()
 
 
 @pytest.fixture
