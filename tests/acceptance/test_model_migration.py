@@ -76,29 +76,31 @@ class Probe:
         from stages.services import Services
 
         services = Services(self.env, self.data_dir)
-        async with asyncpg.create_pool(self.dsn, min_size=1, max_size=2) as pool:
-            async with services.lifespan():
-                while not self.stop.is_set():
-                    try:
-                        live, hits = await search_live(pool, services, self.query, 1000, None)
-                    except Exception as exc:
-                        self.errors.append(repr(exc))
-                        continue
-                    self.answers.append(
-                        Answer(
-                            live.collection,
-                            [
-                                (
-                                    h.payload["document_id"],
-                                    h.payload["ordinal"],
-                                    h.score,
-                                    h.payload["text"],
-                                )
-                                for h in hits
-                            ],
-                        )
+        async with (
+            asyncpg.create_pool(self.dsn, min_size=1, max_size=2) as pool,
+            services.lifespan(),
+        ):
+            while not self.stop.is_set():
+                try:
+                    live, hits = await search_live(pool, services, self.query, 1000, None)
+                except Exception as exc:
+                    self.errors.append(repr(exc))
+                    continue
+                self.answers.append(
+                    Answer(
+                        live.collection,
+                        [
+                            (
+                                h.payload["document_id"],
+                                h.payload["ordinal"],
+                                h.score,
+                                h.payload["text"],
+                            )
+                            for h in hits
+                        ],
                     )
-                    await asyncio.sleep(0.05)
+                )
+                await asyncio.sleep(0.05)
 
 
 @pytest.fixture
