@@ -42,12 +42,23 @@ OLD_CONFIG = ChunkConfig(max_tokens=1000, overlap_tokens=150)
 
 
 class Tally(msgspec.Struct, kw_only=True):
-    chunks: int = 0
-    over_window: int = 0
+    """One way of chunking the corpus: every chunk's size in tokens (the counts of chunks
+    and of chunks over the window follow from them), the corpus's tokens, those no chunk
+    gets to the model, and the CPU seconds chunking took."""
+
+    window: int
+    sizes: list[int] = msgspec.field(default_factory=list)
     tokens: int = 0
     never_embedded: int = 0
     cpu_s: float = 0.0
-    sizes: list[int] = msgspec.field(default_factory=list)
+
+    @property
+    def chunks(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def over_window(self) -> int:
+        return sum(n > self.window for n in self.sizes)
 
 
 class Document(msgspec.Struct, frozen=True):
@@ -97,7 +108,7 @@ def measure(
     tok = tokenizers.Tokenizer.from_file(str(MINILM_TOKENIZER))
     tok.no_truncation()
     tok.no_padding()
-    tally = Tally()
+    tally = Tally(window=window)
     for doc in docs:
         started = time.process_time()
         chunks = chunk_pages(doc.pages, config, counter)
@@ -106,8 +117,6 @@ def measure(
             len(e) for e in tok.encode_batch([c.text for c in chunks], add_special_tokens=False)
         ]
         tally.sizes.extend(sizes)
-        tally.chunks += len(chunks)
-        tally.over_window += sum(n > window for n in sizes)
         total, lost = embedded_share(tok, window, doc, chunks)
         tally.tokens += total
         tally.never_embedded += lost
