@@ -12,7 +12,7 @@ import asyncpg
 import msgspec
 
 from bench.harness.chaos.config import ROLES, ChaosConfig, CountingCohere, chaos_env
-from bench.harness.chaos.faults import Event, Injector, Paused
+from bench.harness.chaos.faults import Event, Injector, Paused, Postgres
 from bench.harness.chaos.fleet import Fleet, last_error
 from bench.harness.db import sql, try_sql
 from runtime.errors import InvalidDocument, one_line
@@ -78,9 +78,8 @@ class Chaos:
         if embedded:  # the workers run on the embedded PostgreSQL of the data dir
             del self.env["DATABASE_URL"]
         self.fleet = Fleet(config, self.env, logs)
-        self.faults = Injector(
-            config, dsn, self.fleet, restart_db=restart_db, kill_db=kill_db, say=say
-        )
+        db = Postgres(dsn=dsn, restart=restart_db, kill=kill_db)
+        self.faults = Injector(config, self.fleet, db, say)
         self.say = say
         self.drain_s = 0.0
         #: How long the chaos really lasted (it ends early once every document is final).

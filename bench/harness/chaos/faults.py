@@ -30,6 +30,16 @@ SELECT DISTINCT split_part(lease_owner, ':', 2)::int FROM stage_jobs WHERE state
 Paused = tuple[float, ChaosProcess]
 
 
+class Postgres(msgspec.Struct, frozen=True, kw_only=True):
+    """The run's database as the injector reaches it: its DSN, and what the caller lets it
+    do to the server: ``restart`` PostgreSQL, ``kill`` the embedded postmaster (returns
+    the seconds until it answered again). A fault whose callable is None is not injected."""
+
+    dsn: str
+    restart: Callable[[], None] | None = None
+    kill: Callable[[], float] | None = None
+
+
 class Event(msgspec.Struct, frozen=True, kw_only=True):
     """One injected fault: ``embed_jobs`` is how many embed jobs it interrupted at most."""
 
@@ -45,20 +55,11 @@ class Injector:
     """Injects one fault at a time into the fleet or the database and records it."""
 
     def __init__(
-        self,
-        config: ChaosConfig,
-        dsn: str,
-        fleet: Fleet,
-        *,
-        restart_db: Callable[[], None] | None = None,
-        kill_db: Callable[[], float] | None = None,
-        say: Callable[[str], None] = lambda _m: None,
+        self, config: ChaosConfig, fleet: Fleet, db: Postgres, say: Callable[[str], None]
     ) -> None:
         self.config = config
-        self.dsn = dsn
         self.fleet = fleet
-        self.restart_db = restart_db
-        self.kill_db = kill_db
+        self.db = db
         self.say = say
         self.rng = random.Random(config.seed)
         self.events: list[Event] = []
@@ -76,16 +77,16 @@ class Injector:
 
     def registered(self) -> set[int]:
         """Pids of fleet workers that are up (registered in ``workers``) and alive."""
-        rows = try_sql(self.dsn, "SELECT split_part(id, ':', 2)::int FROM workers") or []
+        rows = try_sql(self.db.dsn, "SELECT split_part(id, ':', 2)::int FROM workers") or []
         up = {int(r[0]) for r in rows}
         return {w.pid for w in self.fleet.current.values() if w.pid in up and w.alive()}
 
     def embed_jobs(self) -> dict[int, int]:
-        rows = try_sql(self.dsn, EMBED_RUNNING) or []
+        rows = try_sql(self.db.dsn, EMBED_RUNNING) or []
         return {int(r["pid"]): int(r["n"]) for r in rows}
 
     def running_pids(self) -> set[int]:
-        return {int(r[0]) for r in try_sql(self.dsn, RUNNING_PIDS) or []}
+        return {int(r[0]) for r in try_sql(self.db.dsn, RUNNING_PIDS) or []}
 
     # -- the faults ----------------------------------------------------------------------------
 
@@ -111,9 +112,9 @@ class Injector:
             self.terminate_backends()
         elif kind == "restart":
             self.restart_postgres()
-        elif kind == "pgkill" and self.kill_db is not None:
+        elif kind == "pgkill" and self.db.kill is not None:
             embed = sum(self.embed_jobs().values())
-            down_s = self.kill_db()
+            down_s = self.db.kill()
             self.record("pg-kill", embed_jobs=embed, note=f"back after {down_s:.1f}s")
         elif kind == "stop":
             return self.sigstop()
@@ -136,16 +137,16 @@ class Injector:
 
     def terminate_backends(self) -> None:
         embed = sum(self.embed_jobs().values())
-        rows = try_sql(self.dsn, TERMINATE)
+        rows = try_sql(self.db.dsn, TERMINATE)
         killed = rows[0][0] if rows else 0
         self.record("terminate-backends", embed_jobs=embed, note=f"{killed} backends")
 
     def restart_postgres(self) -> None:
-        if self.restart_db is None:
+        if self.db.restart is None:
             return
         embed = sum(self.embed_jobs().values())
         began = time.monotonic()
-        self.restart_db()
+        self.db.restart()
         took = time.monotonic() - began
         self.record("pg-restart", embed_jobs=embed, note=f"down {took:.1f}s")
 
