@@ -23,11 +23,24 @@ PROVIDER_PIPELINE = "bench.harness.pipelines:provider_plugin"
 
 
 class FleetRun(msgspec.Struct, frozen=True, kw_only=True):
+    """A fleet's run: its size and budget, and the fake server's counters afterwards."""
+
     processes: int
     rpm: float
-    calls: int
-    rate_limited: int
-    span_s: float
+    stats: Stats
+
+    @property
+    def calls(self) -> int:
+        return self.stats.requests.get("embed", 0)
+
+    @property
+    def rate_limited(self) -> int:
+        return self.stats.statuses.get("429", 0)
+
+    @property
+    def span_s(self) -> float:
+        """First to last call."""
+        return self.stats.last_request_at - self.stats.first_request_at
 
     @property
     def calls_per_min(self) -> float:
@@ -118,11 +131,4 @@ def run_fleet(
     finally:
         for proc in fleet:
             proc.stop()
-    stats = server_stats(base_url)
-    return FleetRun(
-        processes=processes,
-        rpm=rpm,
-        calls=stats.requests.get("embed", 0),
-        rate_limited=stats.statuses.get("429", 0),
-        span_s=stats.last_request_at - stats.first_request_at,
-    )
+    return FleetRun(processes=processes, rpm=rpm, stats=server_stats(base_url))
