@@ -218,7 +218,7 @@ def _skip_space(text: str, at: int, end: int) -> int:
     return at
 
 
-def _pack(joined: Joined, atoms: list[Atom], sizes: ChunkSizes) -> list[tuple[int, int]]:
+def _pack(joined: Joined, atoms: Iterable[Atom], sizes: ChunkSizes) -> list[tuple[int, int]]:
     packer = _Packer(joined, sizes)
     for atom in atoms:
         packer.add(atom)
