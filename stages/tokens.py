@@ -95,11 +95,11 @@ class Prefix:
         """Append entries: ``counts[i]`` tokens start at ``starts[i]``, each start past
         every one so far."""
         dtype = np.dtype(self.starts.typecode)
-        # (array.frombytes takes a buffer of bytes: a uint8 view, no copy.)
-        self.starts.frombytes(np.ascontiguousarray(starts, dtype=dtype).view(np.uint8))
+        # (array.frombytes takes a buffer of bytes: the array's own, cast, no copy.)
+        self.starts.frombytes(np.ascontiguousarray(starts, dtype=dtype).data.cast("B"))
         before = np.cumsum(counts, dtype=np.int64)
         before += self.before[-1]
-        self.before.frombytes(before.astype(dtype).view(np.uint8))
+        self.before.frombytes(before.astype(dtype).data.cast("B"))
 
     @classmethod
     def dense(cls, counts: Ints) -> Prefix:
