@@ -93,6 +93,20 @@ FROM chunks WHERE document_id = $1 AND kind = 'text';
 SELECT ordinal, kind::text AS kind, text, page_start, page_end, sha256, generation
 FROM chunks WHERE document_id = $1 ORDER BY ordinal;
 
+-- name: document_texts_to_embed
+-- The embed stage's one read: a document's chunks in order, each with its text only where
+-- this model has no vector for it yet (a cache hit ships its sha256 alone).
+-- $1 document id, $2 model
+-- A key lookup per chunk (as in chunk_vectors: a join's generic plan may hash the whole
+-- embeddings table); the same text twice is deduplicated by the caller, not by a sort
+-- of every text here.
+SELECT c.sha256,
+       CASE WHEN EXISTS (SELECT FROM embeddings AS e WHERE e.model = $2 AND e.sha256 = c.sha256)
+            THEN NULL ELSE c.text END AS text
+FROM chunks AS c
+WHERE c.document_id = $1
+ORDER BY c.ordinal;
+
 -- name: cached_embeddings
 -- Which of these texts already have a vector for this model.
 -- $1 model, $2 sha256s
