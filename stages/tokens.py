@@ -119,7 +119,9 @@ class Prefix:
         """``[self[i] for i in offsets]`` (offsets >= 0), in one pass of numpy."""
         starts = np.frombuffer(self.starts, self.starts.typecode)
         before = np.frombuffer(self.before, self.before.typecode)
-        found: list[int] = before[np.searchsorted(starts, offsets)].tolist()
+        # Offsets in the entries' own type: else numpy converts all of ``starts`` per call.
+        sought = np.asarray(offsets, dtype=starts.dtype)
+        found: list[int] = before[np.searchsorted(starts, sought)].tolist()
         return found
 
     def size(self, start: int, end: int) -> int:
