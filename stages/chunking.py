@@ -115,13 +115,21 @@ def chunk_pages(
     sizes = (config or ChunkConfig()).sizes(counter.chunk_tokens)
     parts, page_offsets, page_numbers = _join(pages)
     text = _PAGE_JOIN.join(parts)
-    joined = Joined(text, counter.prefix(parts, _PAGE_JOIN), counter)
-    # Small enough that an overlap plus any one atom always fits in a chunk.
-    pieces = atoms(joined, sizes.max_tokens - sizes.overlap_tokens)
-    spans = _fit(joined, _pack(joined, pieces, sizes), sizes.max_tokens)
+    spans = _spans(text, parts, sizes, counter)
     return [
         _chunk(i, text, s, e, n, page_offsets, page_numbers) for i, (s, e, n) in enumerate(spans)
     ]
+
+
+def _spans(
+    text: str, parts: list[str], sizes: ChunkSizes, counter: TokenCounter
+) -> list[tuple[int, int, int]]:
+    """``(start, end, tokens)`` of each chunk. The token prefix array lives only in here:
+    a long document's is freed before its chunks' texts are cut."""
+    joined = Joined(text, counter.prefix(parts, _PAGE_JOIN), counter)
+    # Small enough that an overlap plus any one atom always fits in a chunk.
+    pieces = atoms(joined, sizes.max_tokens - sizes.overlap_tokens)
+    return _fit(joined, _pack(joined, pieces, sizes), sizes.max_tokens)
 
 
 def _join(pages: Iterable[tuple[int, str]]) -> tuple[list[str], list[int], list[int]]:
@@ -218,7 +226,7 @@ def _skip_space(text: str, at: int, end: int) -> int:
     return at
 
 
-def _pack(joined: Joined, atoms: list[Atom], sizes: ChunkSizes) -> list[tuple[int, int]]:
+def _pack(joined: Joined, atoms: Iterable[Atom], sizes: ChunkSizes) -> list[tuple[int, int]]:
     packer = _Packer(joined, sizes)
     for atom in atoms:
         packer.add(atom)

@@ -45,25 +45,22 @@ class EmbedStage(ProviderStage):
         return self.services.embed_provider
 
     async def process(self, ctx: JobContext) -> None:
-        chunks = await store.chunks(ctx.pool, ctx.job.document_id)
-        if not chunks:
-            raise InvalidDocument(
-                f"{ctx.job.filename}: no text found to index (a scanned PDF needs "
-                "RAGLINE_VISION=ocr or cohere)"
-            )
-        texts = {c.sha256: c.text for c in chunks}  # same text twice is embedded once
         # The live model, and a model switch's target while it builds (both get vectors,
         # so the index stage can write both collections).
         for model in (await model_switch.targets(ctx.pool, self.services)).models:
-            await self.embed_texts(ctx, model, texts)
+            texts = await store.texts_to_embed(ctx.pool, ctx.job.document_id, model)
+            if not texts.texts:
+                raise InvalidDocument(
+                    f"{ctx.job.filename}: no text found to index (a scanned PDF needs "
+                    "RAGLINE_VISION=ocr or cohere)"
+                )
+            CACHE_HITS.inc(texts.texts - len(texts.misses))
+            await self.embed_texts(ctx, model, texts.misses)
 
-    async def embed_texts(self, ctx: JobContext, model: str, texts: dict[str, str]) -> None:
-        """Vectors of ``model`` for ``{sha256: text}``: cache first, misses in batches."""
-        cached = await store.cached(ctx.pool, model, list(texts))
-        CACHE_HITS.inc(len(cached))
-        misses = [(sha, text) for sha, text in texts.items() if sha not in cached]
+    async def embed_texts(self, ctx: JobContext, model: str, misses: dict[str, str]) -> None:
+        """Vectors of ``model`` for ``{sha256: text}`` not in its cache, in batches."""
         CACHE_MISSES.inc(len(misses))
-        for batch in batches(misses, self.services.embedder_for(model).max_batch):
+        for batch in batches(list(misses.items()), self.services.embedder_for(model).max_batch):
             await self._embed_batch(ctx, model, batch)
 
     async def _embed_batch(

@@ -4,8 +4,9 @@ logic, with :mod:`stages.chunking`)."""
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import msgspec
 from semchunk.semchunk import chunk as semchunk_chunk
@@ -30,6 +31,8 @@ _NOT_TITLE_END = ".,;:!"
 _HEADING_MAX_WORDS = 12
 # Where str.splitlines() splits.
 _LINE_BREAK = re.compile("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+#: Paragraphs made into atoms at a time (one numpy lookup of their prefix entries each).
+_ATOM_BATCH = 2048
 
 
 class Atom(msgspec.Struct, frozen=True):
@@ -95,10 +98,17 @@ def is_heading(paragraph: str) -> bool:
     )
 
 
-def atoms(joined: Joined, limit: int) -> list[Atom]:
-    """The paragraphs of the text, each cut into pieces of at most ``limit`` tokens."""
+def atoms(joined: Joined, limit: int) -> Iterator[Atom]:
+    """The paragraphs of the text, each cut into pieces of at most ``limit`` tokens, in
+    order; made a batch of paragraphs at a time, so a long document's are never all held
+    at once (the packer keeps only the current chunk's)."""
+    found = _PARAGRAPH.finditer(joined.text)
+    while batch := [m.span() for m in itertools.islice(found, _ATOM_BATCH)]:
+        yield from _atoms(joined, limit, batch)
+
+
+def _atoms(joined: Joined, limit: int, spans: list[tuple[int, int]]) -> list[Atom]:
     text = joined.text
-    spans = [m.span() for m in _PARAGRAPH.finditer(text)]
     before = joined.prefix.at([at for span in spans for at in span])
     out: list[Atom] = []
     for i, (start, end) in enumerate(spans):

@@ -189,6 +189,26 @@ async def chunk_tokens(db: Reader, document_id: uuid.UUID) -> ChunkTokens:
     return to_struct(ChunkTokens, row)
 
 
+class TextsToEmbed(msgspec.Struct, frozen=True, kw_only=True):
+    """A document's distinct chunk texts as one model's cache sees them."""
+
+    #: Distinct texts (0: the document has no chunks).
+    texts: int
+    #: ``{sha256: text}`` of those without a vector of the model yet, in reading order.
+    misses: dict[str, str]
+
+
+async def texts_to_embed(db: Reader, document_id: uuid.UUID, model: str) -> TextsToEmbed:
+    """One query: the texts of a document's chunks that ``model`` has no vector for (the
+    cached ones are never shipped)."""
+    rows = await db.fetch(Q["document_texts_to_embed"], document_id, model)
+    misses: dict[str, str] = {}
+    for sha, text in rows:
+        if text is not None:
+            misses.setdefault(sha, text)  # the same text twice is embedded once
+    return TextsToEmbed(texts=len({r[0] for r in rows}), misses=misses)
+
+
 async def cached(db: Reader, model: str, sha256s: Sequence[str]) -> set[str]:
     rows = await db.fetch(Q["cached_embeddings"], model, list(sha256s))
     return {r["sha256"] for r in rows}

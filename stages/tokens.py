@@ -68,26 +68,47 @@ __all__ = [
 ]
 
 Ints = npt.NDArray[np.int64]
+#: Characters a dense prefix (one entry per character) is built from at a time.
+_DENSE_BLOCK = 1 << 20
 
 
 class Prefix:
     """How many tokens start before each character of a text, stored sparsely: the
     offsets where tokens (or a word's tokens) start and their counts, O(words) memory
-    rather than O(characters). ``prefix[i]`` is the count before character ``i``."""
+    rather than O(characters). ``prefix[i]`` is the count before character ``i``.
+
+    Built a block of the text at a time (:meth:`extend`), in 32-bit entries where the
+    text is short enough (every text but one of over 500 million characters): a long
+    document's arrays are its largest part of the chunker's memory after the text."""
 
     def __init__(self, starts: Ints, counts: Ints, length: int) -> None:
-        # array.array and bisect: a lookup costs a fraction of numpy's per-call overhead,
-        # at 8 bytes an entry; many lookups at once go through numpy views of the same.
-        self.starts = array.array("q", starts.tobytes())  # sorted, distinct
-        before = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=before[1:])
-        self.before = array.array("q", before.tobytes())
+        # array.array and bisect: a lookup costs a fraction of numpy's per-call overhead;
+        # many lookups at once go through numpy views of the same.
+        # Each character starts at most 4 tokens (a UTF-8 byte each).
+        code = "i" if 4 * length < 2**31 else "q"
+        self.starts = array.array(code)  # sorted, distinct
+        self.before = array.array(code, [0])
         self.length = length
+        self.extend(starts, counts)
+
+    def extend(self, starts: Ints, counts: Ints) -> None:
+        """Append entries: ``counts[i]`` tokens start at ``starts[i]``, each start past
+        every one so far."""
+        dtype = np.dtype(self.starts.typecode)
+        # (array.frombytes takes a buffer of bytes: the array's own, cast, no copy.)
+        self.starts.frombytes(np.ascontiguousarray(starts, dtype=dtype).data.cast("B"))
+        before = np.cumsum(counts, dtype=np.int64)
+        before += self.before[-1]
+        self.before.frombytes(before.astype(dtype).data.cast("B"))
 
     @classmethod
     def dense(cls, counts: Ints) -> Prefix:
         """One entry per character (``counts[i]`` tokens start at character ``i``)."""
-        return cls(np.arange(len(counts), dtype=np.int64), counts, len(counts))
+        prefix = cls(np.zeros(0, np.int64), np.zeros(0, np.int64), len(counts))
+        for at in range(0, len(counts), _DENSE_BLOCK):
+            part = counts[at : at + _DENSE_BLOCK]
+            prefix.extend(np.arange(at, at + len(part), dtype=np.int64), part)
+        return prefix
 
     def __getitem__(self, at: int) -> int:
         if at < 0:
@@ -96,9 +117,11 @@ class Prefix:
 
     def at(self, offsets: Sequence[int]) -> list[int]:
         """``[self[i] for i in offsets]`` (offsets >= 0), in one pass of numpy."""
-        starts = np.frombuffer(self.starts, np.int64)
-        before = np.frombuffer(self.before, np.int64)
-        found: list[int] = before[np.searchsorted(starts, offsets)].tolist()
+        starts = np.frombuffer(self.starts, self.starts.typecode)
+        before = np.frombuffer(self.before, self.before.typecode)
+        # Offsets in the entries' own type: else numpy converts all of ``starts`` per call.
+        sought = np.asarray(offsets, dtype=starts.dtype)
+        found: list[int] = before[np.searchsorted(starts, sought)].tolist()
         return found
 
     def size(self, start: int, end: int) -> int:
@@ -259,15 +282,16 @@ class TokenizerCounter:
         length = sum(map(len, parts)) + len(separator) * max(len(parts) - 1, 0)
         if not self._by_word:
             return self._offsets_prefix(separator.join(parts))
-        starts: list[Ints] = [np.zeros(0, np.int64)]
-        counts: list[Ints] = [np.zeros(0, np.int64)]
+        empty = np.zeros(0, np.int64)
+        prefix = Prefix(empty, empty, length)
         for at, block in blocks(parts, separator):
             chars = key_chars(block)
             first, last = bounds(chars)
-            starts.append(first + at)
             with self._lock:
-                counts.append(self._block_counts(block, chars, first, last))
-        return Prefix(np.concatenate(starts), np.concatenate(counts), length)
+                counts = self._block_counts(block, chars, first, last)
+            first += at
+            prefix.extend(first, counts)
+        return prefix
 
     def _block_counts(self, block: str, chars: Chars, starts: Ints, ends: Ints) -> Ints:
         """Tokens of each word ``block[starts[i]:ends[i]]``: short printable-ASCII words

@@ -93,6 +93,21 @@ FROM chunks WHERE document_id = $1 AND kind = 'text';
 SELECT ordinal, kind::text AS kind, text, page_start, page_end, sha256, generation
 FROM chunks WHERE document_id = $1 ORDER BY ordinal;
 
+-- name: document_texts_to_embed
+-- The embed stage's one read: a document's chunks in order, each with its text only where
+-- this model has no vector for it yet (a cache hit ships its sha256 alone).
+-- $1 document id, $2 model
+-- A key lookup per chunk, as a scalar subquery: a join, or EXISTS (planned as a hashed
+-- subplan), reads every vector of the model per document (measured: 4-9x the backend CPU
+-- of the two queries this replaced). The same text twice is deduplicated by the caller,
+-- not by a sort of every text here.
+SELECT c.sha256,
+       CASE WHEN (SELECT true FROM embeddings AS e WHERE e.model = $2 AND e.sha256 = c.sha256)
+            THEN NULL ELSE c.text END AS text
+FROM chunks AS c
+WHERE c.document_id = $1
+ORDER BY c.ordinal;
+
 -- name: cached_embeddings
 -- Which of these texts already have a vector for this model.
 -- $1 model, $2 sha256s

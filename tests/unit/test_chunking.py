@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from runtime.errors import ConfigurationError
+from stages import paragraphs as paragraphs_module
 from stages.chunking import Chunk, ChunkConfig, ChunkSizes, chunk_pages, is_heading
 from stages.paragraphs import Joined, atoms
 from stages.pdf import iter_pages, open_pdf
@@ -249,3 +250,18 @@ def test_paragraphs_are_the_stripped_text_between_blank_lines() -> None:
         joined = Joined(text, counter.prefix([text], ""), counter)
         spans = [(a.start, a.end) for a in atoms(joined, 10**6)]
         assert spans == blank_line_paragraphs(text), repr(text)
+
+
+def test_atoms_of_a_long_text_are_made_in_batches_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Paragraphs become atoms a batch at a time; across batch boundaries they are the
+    same atoms as made all at once."""
+    rng = random.Random(11)
+    words = ["alpha", "beta.", "Gamma", "delta,", "epsilon"]
+    paragraphs = [" ".join(rng.choices(words, k=rng.randint(1, 30))) for _ in range(5_000)]
+    text = "\n\n".join(paragraphs)
+    counter = CharCounter(window=10**6)
+    joined = Joined(text, counter.prefix([text], ""), counter)
+    batched = list(atoms(joined, 100))
+    assert len(batched) > 2 * paragraphs_module._ATOM_BATCH
+    monkeypatch.setattr(paragraphs_module, "_ATOM_BATCH", 10**9)
+    assert batched == list(atoms(joined, 100))

@@ -12,6 +12,7 @@ import re
 import string
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tokenizers
 
@@ -24,6 +25,7 @@ from stages.tokens import (
     MINILM_MAX_TOKENS,
     MINILM_TOKENIZER,
     CharCounter,
+    Prefix,
     TokenCounter,
     TokenizerCounter,
     Utf8Counter,
@@ -330,3 +332,25 @@ def test_other_bert_tokenizers_are_counted_word_by_word(tmp_path: Path, setting:
     assert counter._ascii is None
     assert counter.counts(texts) == expected
     assert int(counter.prefix(texts, "\n\n")[-1]) == sum(expected)
+
+
+def test_a_prefix_built_in_blocks_is_the_running_sum_of_its_counts() -> None:
+    """Extended a block at a time (a long document's dense prefix spans several blocks),
+    a prefix answers as the cumulative sum of all its counts at once."""
+    rng = np.random.default_rng(7)
+    counts = rng.integers(0, 5, size=(1 << 20) + 12_345, dtype=np.int64)
+    prefix = Prefix.dense(counts)
+    before = np.concatenate(([0], np.cumsum(counts)))
+    offsets = sorted(rng.integers(0, len(counts) + 1, size=5_000).tolist())
+    assert prefix.at(offsets) == before[offsets].tolist()
+    assert [prefix[i] for i in offsets[:500]] == before[offsets[:500]].tolist()
+    assert prefix.starts.typecode == "i"  # 32-bit entries: half the memory
+    in_two = Prefix(np.arange(10), counts[:10], 20)
+    in_two.extend(np.arange(10, 20), counts[10:20])
+    assert in_two.at(list(range(21))) == before[:21].tolist()
+
+
+def test_a_prefix_of_a_huge_text_keeps_64_bit_entries() -> None:
+    prefix = Prefix(np.array([0, 2**31 + 5]), np.array([1, 2]), 2**31 + 10)
+    assert prefix.starts.typecode == "q"
+    assert prefix[2**31 + 6] == 3
