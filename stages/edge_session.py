@@ -51,14 +51,11 @@ hundred thousand points, or with many processes indexing at once, use a Qdrant s
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import math
 import os
-import shutil
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
@@ -66,15 +63,13 @@ from typing import TypeVar
 import msgspec
 import qdrant_edge as qe
 
-from runtime.api import ConfigurationError, PermanentError
+from runtime.api import ConfigurationError
 from stages.vector_index import (
-    COLLECTION_FIELD,
     DEFAULT_BATCH,
-    DOCUMENT_FIELD,
     missing_collection,
 )
 
-__all__ = ["EdgeIndexConfig", "Session", "Sessions", "ensure_shard", "is_wanted", "lock_collection"]
+__all__ = ["EdgeIndexConfig", "Session", "Sessions", "is_wanted", "lock_collection"]
 
 T = TypeVar("T")
 
@@ -266,6 +261,25 @@ class Sessions:
             self._arm(collection, session, self.config.idle_close_s)
             return result
 
+    def try_hold(self, collection: str) -> bool:
+        """Open the collection's session unless another process holds the collection
+        (its flock taken without waiting, and without saying this process wants it);
+        whether this process holds it now."""
+        with self._guard(collection):
+            if collection in self._open:
+                return True
+            root = self.config.root
+            root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(root / f"{collection}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return False
+            session = self._open[collection] = Session(fd, root / collection)
+            self._arm(collection, session, self.config.idle_close_s)
+            return True
+
     def _session(self, collection: str, batch: bool) -> Session:
         """The open session, or a new one; a session held ``max_hold_s`` is ended first
         when another process waits, so it gets its turn."""
@@ -352,45 +366,3 @@ class Sessions:
         with self._guard(collection):
             if collection in self._open:
                 self._end(collection)  # aclose lets the caller see a failed flush
-
-
-def ensure_shard(path: Path, dimensions: int) -> None:
-    if path.is_dir():
-        _check_edge_dimensions(path, path.name, dimensions)
-    else:
-        _create_shard(path, dimensions)
-
-
-def _create_shard(path: Path, dimensions: int) -> None:
-    """Create the shard in a temporary directory and rename it into place, so a crash
-    mid-create never leaves a half-made shard that ``load`` chokes on."""
-    tmp = path.with_name(f".tmp-{path.name}-{uuid.uuid4().hex}")
-    vectors = qe.EdgeVectorParams(
-        size=dimensions, distance=qe.Distance.Cosine, memory=qe.Memory.Cold
-    )
-    try:
-        shard = qe.EdgeShard.create(str(tmp), qe.EdgeConfig(vectors=vectors))
-        try:
-            keyword = qe.PayloadSchemaType.Keyword
-            shard.update(qe.UpdateOperation.create_field_index(DOCUMENT_FIELD, keyword))
-            tenant = qe.KeywordIndexParams(is_tenant=True)
-            shard.update(qe.UpdateOperation.create_field_index(COLLECTION_FIELD, tenant))
-            shard.flush()
-        finally:
-            shard.close()
-        os.rename(tmp, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _check_edge_dimensions(path: Path, collection: str, dimensions: int) -> None:
-    # edge_config.json is qdrant-edge's own file; if its layout changes, skip the check
-    # rather than refuse a working shard.
-    try:
-        stored = json.loads((path / "edge_config.json").read_text())["vectors"][""]["size"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return
-    if stored != dimensions:
-        raise PermanentError(
-            f"vector collection {collection!r} holds {stored}-dimension vectors, not {dimensions}"
-        )
