@@ -25,6 +25,7 @@ from runtime.errors import (
     MissingInput,
     PermanentError,
     RateLimited,
+    Snooze,
     TransientError,
 )
 from stages.edge_index import EdgeIndex, EdgeIndexConfig
@@ -458,6 +459,39 @@ async def test_edge_idle_session_is_kept_until_another_process_wants_it(
         # Let go within a timer tick or two of the hold, not after idle_keep_s.
         assert hold_s <= waited < hold_s + 5.0
         assert await index.count(COLLECTION) == 0  # and it takes the lock back for work
+    finally:
+        await index.aclose()
+
+
+async def test_edge_reserve_snoozes_while_another_process_holds_the_collection(
+    tmp_path: Path,
+) -> None:
+    """An index job neither waits for a shard another process holds nor says it wants it
+    (the holder keeps its session and takes the job); ensure_collection of an existing
+    shard needs no lock; once the collection is free, reserve holds it for the writes."""
+    root = tmp_path / "qdrant"
+    index = EdgeIndex(EdgeIndexConfig(root=root, idle_keep_s=60.0))
+    await index.ensure_collection(COLLECTION, DIM)
+    await index.aclose()
+    lock, doc = root / f"{COLLECTION}.lock", uuid.uuid4()
+    held = _try_lock(lock)  # another process's session
+    assert held is not None
+    try:
+        with anyio.fail_after(10):
+            await index.ensure_collection(COLLECTION, DIM)
+            with pytest.raises(PermanentError, match="8-dimension"):
+                await index.ensure_collection(COLLECTION, DIM * 2)
+            with pytest.raises(Snooze):
+                await index.reserve(COLLECTION)
+        assert not is_wanted(root / f"{COLLECTION}.waiting")
+        assert not is_wanted(root / f"{COLLECTION}.queued")
+    finally:
+        os.close(held)
+    try:
+        await index.reserve(COLLECTION)
+        assert _try_lock(lock) is None  # held for the writes that follow
+        await index.replace_document(COLLECTION, doc, 1, points(doc, 1, DIM))
+        assert await index.count(COLLECTION, doc) == DIM
     finally:
         await index.aclose()
 
