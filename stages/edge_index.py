@@ -128,7 +128,9 @@ class EdgeIndex:
 
     async def upsert(self, collection: str, points: Sequence[Point]) -> None:
         check_points(points)
-        await self._run(collection, "upsert", lambda s: s.write(collection, self._upserts(points)))
+        upserts = self._upserts(points)  # a generator: built in the session's thread
+        # A write in no hurry (an index job's slice, a backfill): ``.queued`` if it waits.
+        await self._run(collection, "upsert", lambda s: s.write(collection, upserts), batch=True)
 
     async def replace_document(
         self, collection: str, document_id: uuid.UUID, generation: int, points: Sequence[Point]

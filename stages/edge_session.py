@@ -22,8 +22,16 @@ an unwanted one lasts until idle ``idle_keep_s`` (2 s). The minimum hold matters
 several indexing processes: handing the lock over after every operation made each one
 reload the shard every time (measured: a third of the index stage's CPU).
 
-Each hand-over costs a load (taker) and a flush (giver), so a session wanted only by
-processes waiting to write a document (``replace_document``) may be held longer:
+Each hand-over costs a load (taker) and a flush (giver), and qdrant-edge holds the GIL
+in ``load``, ``update``, ``flush`` and ``close``, so each of them stalls the whole worker
+process. An index job therefore does not wait for a shard another process holds:
+:meth:`Sessions.try_hold` (``EdgeIndex.reserve``) takes the lock only if it is free,
+without a marker, and the job snoozes otherwise (``runtime.api.Snooze``: back to the
+queue, no attempt counted, this process's index claims paused), so index jobs flow to
+the process that holds the shard, which is not "wanted" by them and keeps it while it
+has index work. Readers (``search``, ``verify``, the CLI) still wait with ``.waiting``.
+A write that finds its session gone mid-document (a reader took it between slices) waits
+as before, with ``.queued``; a session wanted only by such writers may be held longer:
 ``batch_min_hold_s`` and ``batch_max_hold_s``. They default to the same 1 s and 2 s:
 4 s and 8 s saved a few shard loads but left the last documents of a run waiting up to
 8 s for their index write (bench.ingest's tail), and a document's readiness is worth
