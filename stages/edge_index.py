@@ -116,15 +116,19 @@ class EdgeIndex:
 
     async def reserve(self, collection: str) -> None:
         """Hold the collection for this process's next writes, or raise :class:`Snooze`
-        when another process holds it: the index job goes to the process that has the
-        shard loaded instead of the shard moving between processes (a load and a flush
-        each time, the process stalled meanwhile: qdrant-edge holds the GIL)."""
+        when another process that runs index jobs holds it: the job goes to the process
+        that has the shard loaded instead of the shard moving between processes (a load
+        and a flush each time, the process stalled meanwhile: qdrant-edge holds the
+        GIL). A reader's hold is waited out."""
         check_collection(collection)
         async with self._locks.setdefault(collection, anyio.Lock()):
             hold = functools.partial(self._sessions.try_hold, collection)
-            held = await anyio.to_thread.run_sync(hold)
+            try:
+                held = await anyio.to_thread.run_sync(hold)
+            except OSError as exc:
+                raise _edge_failure(exc, f"reserve {collection}") from exc
         if not held:
-            raise Snooze(f"another process holds the embedded vector index {collection}")
+            raise Snooze(f"another worker process is indexing into {collection}")
 
     async def upsert(self, collection: str, points: Sequence[Point]) -> None:
         check_points(points)

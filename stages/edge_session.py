@@ -24,12 +24,16 @@ reload the shard every time (measured: a third of the index stage's CPU).
 
 Each hand-over costs a load (taker) and a flush (giver), and qdrant-edge holds the GIL
 in ``load``, ``update``, ``flush`` and ``close``, so each of them stalls the whole worker
-process. An index job therefore does not wait for a shard another process holds:
-:meth:`Sessions.try_hold` (``EdgeIndex.reserve``) takes the lock only if it is free,
-without a marker, and the job snoozes otherwise (``runtime.api.Snooze``: back to the
-queue, no attempt counted, this process's index claims paused), so index jobs flow to
-the process that holds the shard, which is not "wanted" by them and keeps it while it
-has index work. Readers (``search``, ``verify``, the CLI) still wait with ``.waiting``.
+process. An index job therefore does not wait for a shard another indexing process
+holds: :meth:`Sessions.try_hold` (``EdgeIndex.reserve``) takes the lock if it is free and
+then marks the session as an indexer's (a shared flock on ``<collection>.indexing``);
+when the lock is held by a process with that mark, the job snoozes
+(``runtime.api.Snooze``: back to the queue, no attempt counted, this process's index
+claims paused), without a waiting marker, so index jobs flow to the process that holds
+the shard, which is not "wanted" by them and keeps it while it has index work. A
+holder without the mark is a reader (``search``, ``verify``, the CLI, ``serve``) that
+takes no index jobs: snoozing to it could starve them, so the job waits for it as a
+queued writer. Readers still wait with ``.waiting``.
 A write that finds its session gone mid-document (a reader took it between slices) waits
 as before, with ``.queued``; a session wanted only by such writers may be held longer:
 ``batch_min_hold_s`` and ``batch_max_hold_s``. They default to the same 1 s and 2 s:
@@ -152,6 +156,10 @@ def _markers(path: Path) -> tuple[Path, Path]:
     return path.with_name(f"{path.name}.waiting"), path.with_name(f"{path.name}.queued")
 
 
+def _indexing_marker(path: Path) -> Path:
+    return path.with_name(f"{path.name}.indexing")
+
+
 def is_wanted(waiting: Path) -> bool:
     """Whether another process waits in :func:`lock_collection` for this collection."""
     try:
@@ -178,6 +186,15 @@ class Session:
         self.opened_at = self.used_at = self.flushed_at = time.monotonic()
         self.dirty = False
         self.timer: threading.Timer | None = None
+        self.indexing_fd: int | None = None
+
+    def mark_indexing(self) -> None:
+        """Say, while this session lasts, that its process runs index jobs (a shared flock
+        on ``.indexing``): other processes' index jobs then snooze instead of waiting."""
+        if self.indexing_fd is None:
+            fd = os.open(_indexing_marker(self.path), os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            self.indexing_fd = fd
 
     def handover_due(self, config: EdgeIndexConfig, *, idle: bool) -> bool:
         """Whether another process waits for the collection and has waited long enough:
@@ -220,6 +237,9 @@ class Session:
         """Flush what this session wrote, close the shard, release the lock."""
         if self.timer is not None:
             self.timer.cancel()
+        if self.indexing_fd is not None:
+            os.close(self.indexing_fd)
+            self.indexing_fd = None
         try:
             if self.shard is not None:
                 try:
@@ -270,22 +290,25 @@ class Sessions:
             return result
 
     def try_hold(self, collection: str) -> bool:
-        """Open the collection's session unless another process holds the collection
-        (its flock taken without waiting, and without saying this process wants it);
-        whether this process holds it now."""
+        """Hold the collection for an index job's writes; False, without waiting or
+        saying this process wants it, when a process that runs index jobs holds it (that
+        one takes the job). A reader's hold (search, verify) is waited out as usual."""
         with self._guard(collection):
-            if collection in self._open:
-                return True
-            root = self.config.root
-            root.mkdir(parents=True, exist_ok=True)
-            fd = os.open(root / f"{collection}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                return False
-            session = self._open[collection] = Session(fd, root / collection)
-            self._arm(collection, session, self.config.idle_close_s)
+            session = self._open.get(collection)
+            if session is None:
+                root = self.config.root
+                root.mkdir(parents=True, exist_ok=True)
+                fd = os.open(root / f"{collection}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    session = self._open[collection] = Session(fd, root / collection)
+                except BlockingIOError:
+                    os.close(fd)
+                    if is_wanted(_indexing_marker(root / collection)):
+                        return False
+                    session = self._session(collection, batch=True)
+                self._arm(collection, session, self.config.idle_close_s)
+            session.mark_indexing()
             return True
 
     def _session(self, collection: str, batch: bool) -> Session:
