@@ -75,6 +75,17 @@ class MissingInput(PermanentError):
     kind = "missing_input"
 
 
+class Snooze(RaglineError):
+    """Another worker is better placed to run the job now: it goes back to the queue
+    untried (no attempt counted, no backoff in the database), and this worker claims no
+    job of the stage for a while (River's ``JobSnooze``)."""
+
+    def __init__(self, message: str | None = None, *, delay_s: float = 0.0) -> None:
+        super().__init__(message)
+        #: How long the job waits before any worker may claim it again.
+        self.delay_s = delay_s
+
+
 class LeaseLost(RaglineError):
     """The job's lease was lost; its work is abandoned and nothing is committed."""
 

@@ -12,10 +12,18 @@ import anyio
 from runtime import metrics
 from runtime.backoff import Reconnect
 from runtime.dberrors import CONNECTION_ERRORS, is_storage_full
-from runtime.errors import LeaseLost, StageError, one_line
+from runtime.errors import LeaseLost, Snooze, StageError, one_line
 from runtime.inflight import InFlight
 from runtime.models import Failure
-from runtime.outcome import Lost, Outcome, Shutdown, Success, failure_of, storage_full
+from runtime.outcome import (
+    Lost,
+    Outcome,
+    Shutdown,
+    Snoozed,
+    Success,
+    failure_of,
+    storage_full,
+)
 from runtime.settler import Settler
 from runtime.worker_state import WorkerState
 
@@ -64,6 +72,8 @@ class Executor:
                 return Success(output)
             except LeaseLost:
                 return Lost()
+            except Snooze as exc:
+                return Snoozed(one_line(exc.message), max(exc.delay_s, 0.0))
             except Exception as exc:
                 return await self.classify(exc)
         return Lost() if flight.lost else Shutdown()

@@ -13,6 +13,9 @@ RATE_LIMITED = Counter(
 )
 LEASE_LOST = Counter("ragline_jobs_lease_lost", "Jobs whose lease was lost mid-run", ["stage"])
 RELEASED = Counter("ragline_jobs_released", "Jobs handed back on shutdown", ["stage"])
+SNOOZED = Counter(
+    "ragline_jobs_snoozed", "Jobs handed back untried: another worker is better placed", ["stage"]
+)
 RESCUED = Counter("ragline_jobs_rescued", "Expired leases taken back by the sweep", ["stage"])
 DB_ERRORS = Counter("ragline_db_errors", "Database connection errors seen", ["where"])
 DB_RESTARTS = Counter("ragline_embedded_db_restarts", "Embedded PostgreSQL starts after it died")

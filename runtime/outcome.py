@@ -30,7 +30,14 @@ class Shutdown(msgspec.Struct, frozen=True):
     pass
 
 
-Outcome = Success | Failure | Lost | Shutdown
+class Snoozed(msgspec.Struct, frozen=True):
+    """The stage raised :class:`runtime.errors.Snooze`: the job goes back untried."""
+
+    message: str
+    delay_s: float
+
+
+Outcome = Success | Failure | Lost | Shutdown | Snoozed
 
 
 def storage_full(exc: BaseException) -> Failure:

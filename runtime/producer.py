@@ -55,7 +55,10 @@ class Producer:
 
     def claimable(self, stage: str, free: int) -> int:
         """Free slots to fill now: none while a provider the stage calls has its circuit
-        open (its jobs stay queued), one when a probe is due."""
+        open (its jobs stay queued), one when a probe is due; none while a snooze paused
+        the stage."""
+        if self.state.paused_s(stage) > 0:
+            return 0
         providers = self.state.providers
         if free <= 0 or providers is None:
             return free
@@ -63,6 +66,8 @@ class Producer:
 
     def claim_wait_s(self, stage: str) -> float:
         providers, poll_s = self.state.providers, self.state.config.poll_s
+        if (paused_s := self.state.paused_s(stage)) > 0:
+            return min(paused_s, poll_s)
         if providers is not None and providers.blocked(stage):
             return providers.wait_s(stage, poll_s)
         return poll_s

@@ -16,13 +16,14 @@ from runtime.completer import Completer
 from runtime.dberrors import CONNECTION_ERRORS
 from runtime.errors import ProviderUnavailable, RateLimited, StorageFull, one_line
 from runtime.inflight import InFlight
-from runtime.jobstore import Claim, Deferral, Rescued
+from runtime.jobstore import Claim, Deferral, Release, Rescued
 from runtime.models import Failure, Job, JobState
 from runtime.outcome import (
     STORAGE_FULL_RETRY_S,
     UNCLASSIFIED,
     Outcome,
     Shutdown,
+    Snoozed,
     Success,
     failure_of,
 )
@@ -46,6 +47,8 @@ class Settler:
             following = await self.complete(flight, outcome.output, jlog)
         elif isinstance(outcome, Failure):
             await self.fail(flight, outcome, jlog)
+        elif isinstance(outcome, Snoozed):
+            await self.snooze(flight, outcome, jlog)
         elif isinstance(outcome, Shutdown):
             released = await st.store.release(job, now=st.clock.db_now())
             metrics.RELEASED.labels(name).inc()
@@ -91,6 +94,7 @@ class Settler:
             await self.fail(flight, failure_of(exc), jlog)
             return None
         if held:
+            st.unpause(stage.name)
             metrics.SUCCEEDED.labels(stage.name).inc()
             st.wake_next(stage.name)
             jlog.debug("succeeded in %.3fs", st.clock.monotonic() - flight.started_at)
@@ -98,6 +102,23 @@ class Settler:
             metrics.LEASE_LOST.labels(stage.name).inc()
             jlog.warning("lease lost before commit; nothing written")
         return st.track(following, stage) if following is not None else None
+
+    async def snooze(self, flight: InFlight, snoozed: Snoozed, jlog: JobLog) -> None:
+        """Hand the job back untried (the attempt not counted) for another worker to
+        claim, and stop claiming the stage here for a while, so this worker does not
+        claim and snooze the same jobs in a loop (the pause doubles while it lasts)."""
+        st = self.state
+        name = flight.stage.name
+        # Paused before the release's NOTIFY wakes this worker's own claim loop.
+        pause_s = st.pause(name)
+        # Not an error: the job's last error and its kind stay as they were.
+        how = Release(delay_s=snoozed.delay_s)
+        if await st.store.release(flight.job, how, now=st.clock.db_now()):
+            metrics.SNOOZED.labels(name).inc()
+            jlog.debug("snoozed (claims paused %.2fs): %s", pause_s, snoozed.message)
+        else:
+            metrics.LEASE_LOST.labels(name).inc()
+            jlog.warning("lease lost before snoozing: %s", snoozed.message)
 
     async def fail(self, flight: InFlight, failure: Failure, jlog: JobLog) -> None:
         if not failure.permanent and (failure.kind != UNCLASSIFIED or flight.progressed):

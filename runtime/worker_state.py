@@ -24,6 +24,10 @@ log = logging.getLogger("runtime.worker")
 #: Free slots reported for a stage no other worker serves: this worker takes every new
 #: job of it, so a completion never NOTIFYs for it.
 ALL_OURS = 2**31 - 1
+#: A stage's claims pause this long after a job of it snoozed, doubling with each further
+#: snooze up to SNOOZE_PAUSE_MAX_S, until one of its jobs succeeds here.
+SNOOZE_PAUSE_S = 0.05
+SNOOZE_PAUSE_MAX_S = 1.0
 #: While the database is unreachable, each place logs it at most once this often.
 DB_LOG_EVERY_S = 5.0
 
@@ -54,6 +58,9 @@ class WorkerState:
         self.peer_stages: set[str] | None = None
         self.stopped_at: float | None = None
         self._db_logged: dict[str, float] = {}
+        #: Per stage: when its claims resume (monotonic) and its last pause.
+        self._paused_until: dict[str, float] = {}
+        self._pause_s: dict[str, float] = {}
         self.log = logging.LoggerAdapter(log, {"worker": self.id})
 
     @property
@@ -87,17 +94,36 @@ class WorkerState:
         if event is not None:
             event.set()
 
+    def pause(self, stage: str) -> float:
+        """A job of ``stage`` snoozed: claim none of its jobs for a while; returns how long."""
+        pause_s = min(2 * self._pause_s.get(stage, SNOOZE_PAUSE_S / 2), SNOOZE_PAUSE_MAX_S)
+        self._pause_s[stage] = pause_s
+        self._paused_until[stage] = self.clock.monotonic() + pause_s
+        return pause_s
+
+    def unpause(self, stage: str) -> None:
+        """A job of ``stage`` succeeded here: claim again, and pause briefly at the next
+        snooze."""
+        self._pause_s.pop(stage, None)
+        self._paused_until.pop(stage, None)
+
+    def paused_s(self, stage: str) -> float:
+        """How long ``stage``'s claims stay paused (0: not paused)."""
+        return max(self._paused_until.get(stage, 0.0) - self.clock.monotonic(), 0.0)
+
     def free_slots(self) -> dict[str, int]:
         """How many new jobs per stage this worker takes itself when a completion enqueues
         them (:meth:`wake_next`), so they need no NOTIFY: its free slots, or all of them
         for a stage no other worker serves (its busy slots get to them, and nobody else
-        could); none while stopping, when it claims nothing."""
+        could); none while stopping, when it claims nothing, nor for a paused stage."""
         if self.stopping.is_set():
             return {}
         peers = self.peer_stages
         limits = self.config.concurrency
         free: dict[str, int] = {}
         for stage in self.config.stages:
+            if self.paused_s(stage) > 0:
+                continue
             if peers is not None and stage not in peers:
                 free[stage] = ALL_OURS
             elif (n := limits[stage] - self.running[stage]) > 0:

@@ -21,8 +21,9 @@ import anyio
 import anyio.to_thread
 import qdrant_edge as qe
 
-from runtime.api import MissingInput, PermanentError, TransientError, one_line
-from stages.edge_session import EdgeIndexConfig, Session, Sessions, ensure_shard
+from runtime.api import MissingInput, PermanentError, Snooze, TransientError, one_line
+from stages.edge_session import EdgeIndexConfig, Session, Sessions
+from stages.edge_shard import check_edge_dimensions, ensure_shard
 from stages.points import edge_points, payload_of
 from stages.vector_index import (
     COLLECTION_FIELD,
@@ -102,14 +103,38 @@ class EdgeIndex:
             raise ValueError(f"dimensions must be positive, not {dimensions}")
         # Idempotent, so once per process is enough while the shard stays (a model switch
         # drops the old collection: then it is created again if asked for).
-        if self._dimensions.get(name) == dimensions and (self.config.root / name).is_dir():
+        path = self.config.root / check_collection(name)
+        if self._dimensions.get(name) == dimensions and path.is_dir():
             return
-        await self._run(name, "ensure_collection", lambda s: ensure_shard(s.path, dimensions))
+        if path.is_dir():
+            # A shard is renamed into place whole, so its config can be read without the
+            # lock: a process that does not hold the collection need not take it here.
+            check_edge_dimensions(path, name, dimensions)
+        else:
+            await self._run(name, "ensure_collection", lambda s: ensure_shard(s.path, dimensions))
         self._dimensions[name] = dimensions
+
+    async def reserve(self, collection: str) -> None:
+        """Hold the collection for this process's next writes, or raise :class:`Snooze`
+        when another process that runs index jobs holds it: the job goes to the process
+        that has the shard loaded instead of the shard moving between processes (a load
+        and a flush each time, the process stalled meanwhile: qdrant-edge holds the
+        GIL). A reader's hold is waited out."""
+        check_collection(collection)
+        async with self._locks.setdefault(collection, anyio.Lock()):
+            hold = functools.partial(self._sessions.try_hold, collection)
+            try:
+                held = await anyio.to_thread.run_sync(hold)
+            except OSError as exc:
+                raise _edge_failure(exc, f"reserve {collection}") from exc
+        if not held:
+            raise Snooze(f"another worker process is indexing into {collection}")
 
     async def upsert(self, collection: str, points: Sequence[Point]) -> None:
         check_points(points)
-        await self._run(collection, "upsert", lambda s: s.write(collection, self._upserts(points)))
+        upserts = self._upserts(points)  # a generator: built in the session's thread
+        # A write in no hurry (an index job's slice, a backfill): ``.queued`` if it waits.
+        await self._run(collection, "upsert", lambda s: s.write(collection, upserts), batch=True)
 
     async def replace_document(
         self, collection: str, document_id: uuid.UUID, generation: int, points: Sequence[Point]
@@ -237,7 +262,7 @@ class EdgeIndex:
                 # so a cancelled caller waits for the operation to finish.
                 run = functools.partial(self._sessions.run, collection, fn, batch=batch)
                 return await anyio.to_thread.run_sync(run)
-            except (MissingInput, ValueError, PermanentError):
+            except (MissingInput, ValueError, PermanentError, Snooze):
                 raise
             except Exception as exc:  # qdrant-edge raises bare Exception
                 raise _edge_failure(exc, f"{what} {collection}") from exc

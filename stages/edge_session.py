@@ -22,8 +22,20 @@ an unwanted one lasts until idle ``idle_keep_s`` (2 s). The minimum hold matters
 several indexing processes: handing the lock over after every operation made each one
 reload the shard every time (measured: a third of the index stage's CPU).
 
-Each hand-over costs a load (taker) and a flush (giver), so a session wanted only by
-processes waiting to write a document (``replace_document``) may be held longer:
+Each hand-over costs a load (taker) and a flush (giver), and qdrant-edge holds the GIL
+in ``load``, ``update``, ``flush`` and ``close``, so each of them stalls the whole worker
+process. An index job therefore does not wait for a shard another indexing process
+holds: :meth:`Sessions.try_hold` (``EdgeIndex.reserve``) takes the lock if it is free and
+then marks the session as an indexer's (a shared flock on ``<collection>.indexing``);
+when the lock is held by a process with that mark, the job snoozes
+(``runtime.api.Snooze``: back to the queue, no attempt counted, this process's index
+claims paused), without a waiting marker, so index jobs flow to the process that holds
+the shard, which is not "wanted" by them and keeps it while it has index work. A
+holder without the mark is a reader (``search``, ``verify``, the CLI, ``serve``) that
+takes no index jobs: snoozing to it could starve them, so the job waits for it as a
+queued writer. Readers still wait with ``.waiting``.
+A write that finds its session gone mid-document (a reader took it between slices) waits
+as before, with ``.queued``; a session wanted only by such writers may be held longer:
 ``batch_min_hold_s`` and ``batch_max_hold_s``. They default to the same 1 s and 2 s:
 4 s and 8 s saved a few shard loads but left the last documents of a run waiting up to
 8 s for their index write (bench.ingest's tail), and a document's readiness is worth
@@ -51,14 +63,11 @@ hundred thousand points, or with many processes indexing at once, use a Qdrant s
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import math
 import os
-import shutil
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
@@ -66,15 +75,13 @@ from typing import TypeVar
 import msgspec
 import qdrant_edge as qe
 
-from runtime.api import ConfigurationError, PermanentError
+from runtime.api import ConfigurationError
 from stages.vector_index import (
-    COLLECTION_FIELD,
     DEFAULT_BATCH,
-    DOCUMENT_FIELD,
     missing_collection,
 )
 
-__all__ = ["EdgeIndexConfig", "Session", "Sessions", "ensure_shard", "is_wanted", "lock_collection"]
+__all__ = ["EdgeIndexConfig", "Session", "Sessions", "is_wanted", "lock_collection"]
 
 T = TypeVar("T")
 
@@ -149,6 +156,10 @@ def _markers(path: Path) -> tuple[Path, Path]:
     return path.with_name(f"{path.name}.waiting"), path.with_name(f"{path.name}.queued")
 
 
+def _indexing_marker(path: Path) -> Path:
+    return path.with_name(f"{path.name}.indexing")
+
+
 def is_wanted(waiting: Path) -> bool:
     """Whether another process waits in :func:`lock_collection` for this collection."""
     try:
@@ -175,6 +186,15 @@ class Session:
         self.opened_at = self.used_at = self.flushed_at = time.monotonic()
         self.dirty = False
         self.timer: threading.Timer | None = None
+        self.indexing_fd: int | None = None
+
+    def mark_indexing(self) -> None:
+        """Say, while this session lasts, that its process runs index jobs (a shared flock
+        on ``.indexing``): other processes' index jobs then snooze instead of waiting."""
+        if self.indexing_fd is None:
+            fd = os.open(_indexing_marker(self.path), os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            self.indexing_fd = fd
 
     def handover_due(self, config: EdgeIndexConfig, *, idle: bool) -> bool:
         """Whether another process waits for the collection and has waited long enough:
@@ -217,6 +237,9 @@ class Session:
         """Flush what this session wrote, close the shard, release the lock."""
         if self.timer is not None:
             self.timer.cancel()
+        if self.indexing_fd is not None:
+            os.close(self.indexing_fd)
+            self.indexing_fd = None
         try:
             if self.shard is not None:
                 try:
@@ -265,6 +288,28 @@ class Sessions:
             session.used_at = time.monotonic()
             self._arm(collection, session, self.config.idle_close_s)
             return result
+
+    def try_hold(self, collection: str) -> bool:
+        """Hold the collection for an index job's writes; False, without waiting or
+        saying this process wants it, when a process that runs index jobs holds it (that
+        one takes the job). A reader's hold (search, verify) is waited out as usual."""
+        with self._guard(collection):
+            session = self._open.get(collection)
+            if session is None:
+                root = self.config.root
+                root.mkdir(parents=True, exist_ok=True)
+                fd = os.open(root / f"{collection}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    session = self._open[collection] = Session(fd, root / collection)
+                except BlockingIOError:
+                    os.close(fd)
+                    if is_wanted(_indexing_marker(root / collection)):
+                        return False
+                    session = self._session(collection, batch=True)
+                self._arm(collection, session, self.config.idle_close_s)
+            session.mark_indexing()
+            return True
 
     def _session(self, collection: str, batch: bool) -> Session:
         """The open session, or a new one; a session held ``max_hold_s`` is ended first
@@ -352,45 +397,3 @@ class Sessions:
         with self._guard(collection):
             if collection in self._open:
                 self._end(collection)  # aclose lets the caller see a failed flush
-
-
-def ensure_shard(path: Path, dimensions: int) -> None:
-    if path.is_dir():
-        _check_edge_dimensions(path, path.name, dimensions)
-    else:
-        _create_shard(path, dimensions)
-
-
-def _create_shard(path: Path, dimensions: int) -> None:
-    """Create the shard in a temporary directory and rename it into place, so a crash
-    mid-create never leaves a half-made shard that ``load`` chokes on."""
-    tmp = path.with_name(f".tmp-{path.name}-{uuid.uuid4().hex}")
-    vectors = qe.EdgeVectorParams(
-        size=dimensions, distance=qe.Distance.Cosine, memory=qe.Memory.Cold
-    )
-    try:
-        shard = qe.EdgeShard.create(str(tmp), qe.EdgeConfig(vectors=vectors))
-        try:
-            keyword = qe.PayloadSchemaType.Keyword
-            shard.update(qe.UpdateOperation.create_field_index(DOCUMENT_FIELD, keyword))
-            tenant = qe.KeywordIndexParams(is_tenant=True)
-            shard.update(qe.UpdateOperation.create_field_index(COLLECTION_FIELD, tenant))
-            shard.flush()
-        finally:
-            shard.close()
-        os.rename(tmp, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _check_edge_dimensions(path: Path, collection: str, dimensions: int) -> None:
-    # edge_config.json is qdrant-edge's own file; if its layout changes, skip the check
-    # rather than refuse a working shard.
-    try:
-        stored = json.loads((path / "edge_config.json").read_text())["vectors"][""]["size"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return
-    if stored != dimensions:
-        raise PermanentError(
-            f"vector collection {collection!r} holds {stored}-dimension vectors, not {dimensions}"
-        )

@@ -27,6 +27,10 @@ from stages.vector_index import (
     point_ids,
 )
 
+#: Points read, built and written at a time: an index job's memory does not grow with
+#: its document (bench.ingest's two 2,415-page manuals have ~9,000 points each).
+SLICE_POINTS = 1000
+
 #: Trim the heap after a document of this many points or more (malloc_trim costs a few
 #: ms, most of an index job of a short document; what a short one frees is reused).
 TRIM_AFTER_POINTS = 1000
@@ -55,54 +59,87 @@ class IndexStage:
         # A document whose row is gone: its points are about to be deleted anyway.
         tenant = found or DEFAULT_COLLECTION
         live = where.live
-        rows = await store.chunk_vectors(ctx.pool, job.document_id, live.model)
-        if any(r.vector is None for r in rows):
-            # Embedded before a model switch moved the live model: embed what is missing.
-            await self._embed_missing(ctx, live.model)
-            rows = await store.chunk_vectors(ctx.pool, job.document_id, live.model)
+        index = self.services.index
+        # Before any work: with the embedded index, another process that holds the shard
+        # takes the job (a snooze) instead of this one waiting for it.
+        await index.reserve(live.collection)
+        await index.ensure_collection(live.collection, live.dimensions)
+        points = await self._stream(ctx, live.collection, live.model, tenant, embed=True)
+        assert points is not None  # embed=True raises instead
+        # The older versions' points are gone now: their stored objects go too (sync).
+        await retire_superseded(ctx.pool, self.services.assets, job.document_id, job.generation)
+        written = Written(collections=[live.collection], points=points)
+        if where.building is not None:
+            written = await self._also_target(ctx, where.building, tenant, written)
+        if points >= TRIM_AFTER_POINTS:
+            release_free_heap()  # a long document's slices
+        return written
+
+    async def _stream(
+        self, ctx: JobContext, collection: str, model: str, tenant: str, *, embed: bool
+    ) -> int | None:
+        """Write the document's points into ``collection`` a slice at a time (memory that
+        does not grow with the document), the last slice with the delete of other
+        generations' points; how many points. A chunk without a vector of ``model`` is
+        embedded first (``embed``), or nothing more is written and the result is None."""
+        job, index = ctx.job, self.services.index
+        after, written = -1, 0
+        while True:
+            rows = await self._slice(ctx, model, after, embed=embed)
+            if rows is None:
+                return None
+            points = document_points(rows, job, tenant)
+            written += len(points)
+            # A job cancelled by a reprocess must not touch the index: the lease check
+            # makes the window a stale worker has tiny, and verify catches what slips
+            # through it.
+            await ctx.checkpoint(_nothing)
+            if len(rows) < SLICE_POINTS:
+                # The last slice, then the delete of other generations' points (the
+                # embedded index: under one lock and one flush). Earlier slices are of
+                # this generation too: any crash before this re-runs into one point per
+                # chunk.
+                await index.replace_document(collection, job.document_id, job.generation, points)
+                return written
+            await index.upsert(collection, points)
+            after = rows[-1].ordinal
+            del rows, points
+
+    async def _slice(
+        self, ctx: JobContext, model: str, after: int, *, embed: bool
+    ) -> list[store.ChunkVector] | None:
+        """The next slice's rows with ``model``'s vectors (embedding missing ones first
+        when ``embed``; None when one is missing and not ``embed``)."""
+        document = ctx.job.document_id
+        rows = await store.chunk_vectors(ctx.pool, document, model, after=after, limit=SLICE_POINTS)
+        if all(r.vector is not None for r in rows):
+            return rows
+        if not embed:
+            return None
+        # Embedded before a model switch moved the live model: embed what is missing.
+        await self._embed_missing(ctx, model)
+        rows = await store.chunk_vectors(ctx.pool, document, model, after=after, limit=SLICE_POINTS)
         missing = [r.ordinal for r in rows if r.vector is None]
         if missing:
             raise MissingInput(
-                f"{job.filename}: {len(missing)} chunk(s) have no {live.model} vector; "
+                f"{ctx.job.filename}: {len(missing)} chunk(s) have no {model} vector; "
                 "reprocess --from embed"
             )
-        index = self.services.index
-        await index.ensure_collection(live.collection, live.dimensions)
-        points = document_points(rows, job, tenant)
-        # A job cancelled by a reprocess must not touch the index: the lease check makes
-        # the window a stale worker has tiny, and verify catches what slips through it.
-        await ctx.checkpoint(_nothing)
-        # One call for the whole document (upsert, then drop other generations' points):
-        # the embedded index does it under one lock and one flush.
-        await index.replace_document(live.collection, job.document_id, job.generation, points)
-        # The older versions' points are gone now: their stored objects go too (sync).
-        await retire_superseded(ctx.pool, self.services.assets, job.document_id, job.generation)
-        written = Written(collections=[live.collection], points=len(points))
-        trim = len(rows) >= TRIM_AFTER_POINTS
-        del rows, points
-        if where.building is not None:
-            written = await self._also_target(ctx, where.building, tenant, written)
-        if trim:
-            release_free_heap()  # a long document's rows and points
-        return written
+        return rows
 
     async def _also_target(
         self, ctx: JobContext, migration: model_switch.Migration, tenant: str, written: Written
     ) -> Written:
         """While a model switch builds, write its collection too (when the embed stage
         gave this document the target model's vectors; else the migrator will)."""
-        job, target = ctx.job, migration.target
-        rows = await store.chunk_vectors(ctx.pool, job.document_id, target.model)
-        if any(r.vector is None for r in rows):
-            return written
+        target = migration.target
         await self.services.index.ensure_collection(target.collection, target.dimensions)
-        points = document_points(rows, job, tenant)
-        await self.services.index.replace_document(
-            target.collection, job.document_id, job.generation, points
-        )
+        points = await self._stream(ctx, target.collection, target.model, tenant, embed=False)
+        if points is None:
+            return written
         return Written(
             collections=[*written.collections, target.collection],
-            points=len(points),
+            points=points,
             migration_id=migration.id,
         )
 

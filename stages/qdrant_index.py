@@ -160,6 +160,9 @@ class QdrantIndex:
                 partial(self._client.upsert, collection, points=structs, wait=True),
             )
 
+    async def reserve(self, collection: str) -> None:
+        """Any process may write to the server at any time."""
+
     async def replace_document(
         self, collection: str, document_id: uuid.UUID, generation: int, points: Sequence[vi.Point]
     ) -> None:

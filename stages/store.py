@@ -237,8 +237,12 @@ def vector_of(data: bytes | None) -> list[float] | None:
     return np.frombuffer(data, dtype=VECTOR_DTYPE).tolist()  # type: ignore[no-any-return]
 
 
-async def chunk_vectors(db: Reader, document_id: uuid.UUID, model: str) -> list[ChunkVector]:
-    rows = await db.fetch(Q["chunk_vectors"], document_id, model)
+async def chunk_vectors(
+    db: Reader, document_id: uuid.UUID, model: str, *, after: int = -1, limit: int | None = None
+) -> list[ChunkVector]:
+    """The document's chunks with ``model``'s vectors, in ordinal order: those with an
+    ordinal above ``after``, at most ``limit`` of them (None: all)."""
+    rows = await db.fetch(Q["chunk_vectors"], document_id, model, after, limit)
     return [
         ChunkVector(
             ordinal=r["ordinal"],

@@ -102,6 +102,11 @@ class VectorIndex(Protocol):
     async def ensure_collection(self, name: str, dimensions: int) -> None:
         """Create the collection (cosine, keyword index on document_id) unless it exists."""
 
+    async def reserve(self, collection: str) -> None:
+        """Before an index job writes ``collection``: raise :class:`runtime.api.Snooze`
+        when another process is better placed to write it now (the embedded index: it
+        holds the shard); a server index has nothing to do."""
+
     async def upsert(self, collection: str, points: Sequence[Point]) -> None:
         """Insert or replace ``points`` by id."""
 

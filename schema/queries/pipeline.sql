@@ -122,16 +122,20 @@ FROM unnest($2::text[], $4::bytea[]) AS u (sha256, vector)
 ON CONFLICT (model, sha256) DO NOTHING;
 
 -- name: chunk_vectors
--- A document's chunks with their vectors for one model (NULL where not embedded).
--- $1 document id, $2 model
+-- A document's chunks with their vectors for one model (NULL where not embedded), in
+-- ordinal order: all of them, or a slice (the index stage streams long documents).
+-- $1 document id, $2 model, $3 only ordinals above this (-1: from the first),
+-- $4 at most this many (NULL: all)
 -- A key lookup per chunk: as a join, a generic plan may hash the whole embeddings table.
+-- The slice is a range of the primary key (document_id, ordinal).
 SELECT c.ordinal, c.kind::text AS kind, c.text, c.page_start, c.page_end, c.generation,
        c.section,
        (SELECT e.vector FROM embeddings AS e WHERE e.model = $2 AND e.sha256 = c.sha256)
            AS vector
 FROM chunks AS c
-WHERE c.document_id = $1
-ORDER BY c.ordinal;
+WHERE c.document_id = $1 AND c.ordinal > $3::integer
+ORDER BY c.ordinal
+LIMIT $4::integer;
 
 -- name: documents_missing_model
 -- Documents with at least one chunk that has no vector for this model.

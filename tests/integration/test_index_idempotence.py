@@ -7,6 +7,7 @@ import contextlib
 import signal
 import uuid
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -16,7 +17,8 @@ from bench.harness.procs import StartWorker, WorkerProcess
 from runtime.errors import LeaseLost
 from runtime.inflight import Context
 from runtime.models import DocumentStatus, JobState
-from stages import verify
+from stages import index as index_stage
+from stages import store, verify
 from stages.index import IndexStage
 from stages.vector_index import point_id
 from tests.support.pipeline_env import (
@@ -152,9 +154,26 @@ async def test_worker_killed_during_index_jobs_converges_to_one_point_per_chunk(
         await assert_all_indexed(env, ids)
 
 
+@pytest.mark.parametrize("slice_points", [index_stage.SLICE_POINTS, 4])
 async def test_shrinking_reprocess_leaves_no_orphan_points(
-    dsn: str, tmp_path: Path, fake_cohere: TimedCohere
+    dsn: str,
+    tmp_path: Path,
+    fake_cohere: TimedCohere,
+    monkeypatch: pytest.MonkeyPatch,
+    slice_points: int,
 ) -> None:
+    """Also when the index stage streams each document in slices (4 points here): the
+    new generation's last slice drops the old one's points."""
+    monkeypatch.setattr(index_stage, "SLICE_POINTS", slice_points)
+    read: list[int] = []
+    chunk_vectors = store.chunk_vectors
+
+    async def counted(*args: Any, **kwargs: Any) -> list[store.ChunkVector]:
+        rows = await chunk_vectors(*args, **kwargs)
+        read.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(store, "chunk_vectors", counted)
     small = {"RAGLINE_CHUNK_TOKENS": "300", "RAGLINE_CHUNK_OVERLAP_TOKENS": "30"}
     async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere, **small)) as env:
         paths = [
@@ -180,6 +199,8 @@ async def test_shrinking_reprocess_leaves_no_orphan_points(
         await assert_all_indexed(env, ids)
         stages = [(j.stage, j.state) for j in await env.stage_jobs(target)]
         assert stages.count(("parse", JobState.SUCCEEDED)) == 1
+        # Never more rows read at once than a slice.
+        assert max(read) <= slice_points
 
 
 async def test_an_index_job_of_a_replaced_generation_leaves_the_new_points_alone(
@@ -198,7 +219,9 @@ async def test_an_index_job_of_a_replaced_generation_leaves_the_new_points_alone
         await env.assert_indexed(doc_id)
 
         # The old job's process() now runs on (its heartbeat has not noticed yet). Its
-        # outcome can never commit; the index must not suffer either.
+        # outcome can never commit; the index must not suffer either. (The probe lets the
+        # shard go first, or the job would snooze before reaching its lease check.)
+        await env.probe.index.aclose()
         with contextlib.suppress(LeaseLost):
             await IndexStage(env.services()).process(Context(zombie, env.jobs, pool=env.jobs.pool))
 

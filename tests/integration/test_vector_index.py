@@ -25,6 +25,7 @@ from runtime.errors import (
     MissingInput,
     PermanentError,
     RateLimited,
+    Snooze,
     TransientError,
 )
 from stages.edge_index import EdgeIndex, EdgeIndexConfig
@@ -460,6 +461,70 @@ async def test_edge_idle_session_is_kept_until_another_process_wants_it(
         assert await index.count(COLLECTION) == 0  # and it takes the lock back for work
     finally:
         await index.aclose()
+
+
+async def test_edge_reserve_snoozes_while_another_indexing_process_holds_the_collection(
+    tmp_path: Path,
+) -> None:
+    """An index job neither waits for a shard another indexing process holds nor says it
+    wants it (the holder keeps its session and takes the job); ensure_collection of an
+    existing shard needs no lock; once the collection is free, reserve holds it."""
+    root = tmp_path / "qdrant"
+    index = EdgeIndex(EdgeIndexConfig(root=root, idle_keep_s=60.0))
+    await index.ensure_collection(COLLECTION, DIM)
+    await index.aclose()
+    lock, doc = root / f"{COLLECTION}.lock", uuid.uuid4()
+    held = _try_lock(lock)  # another process's session, one that runs index jobs
+    assert held is not None
+    indexing = os.open(root / f"{COLLECTION}.indexing", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(indexing, fcntl.LOCK_SH)
+    try:
+        with anyio.fail_after(10):
+            await index.ensure_collection(COLLECTION, DIM)
+            with pytest.raises(PermanentError, match="8-dimension"):
+                await index.ensure_collection(COLLECTION, DIM * 2)
+            with pytest.raises(Snooze):
+                await index.reserve(COLLECTION)
+        assert not is_wanted(root / f"{COLLECTION}.waiting")
+        assert not is_wanted(root / f"{COLLECTION}.queued")
+    finally:
+        os.close(indexing)
+        os.close(held)
+    try:
+        await index.reserve(COLLECTION)
+        assert _try_lock(lock) is None  # held for the writes that follow
+        assert is_wanted(root / f"{COLLECTION}.indexing")  # and others' index jobs snooze
+        await index.replace_document(COLLECTION, doc, 1, points(doc, 1, DIM))
+        assert await index.count(COLLECTION, doc) == DIM
+    finally:
+        await index.aclose()
+    assert not is_wanted(root / f"{COLLECTION}.indexing")
+
+
+async def test_edge_reserve_waits_out_a_readers_hold(tmp_path: Path) -> None:
+    """A reader (search, verify) that holds the shard runs no index jobs: an index job
+    waits for it as a queued writer (it would starve if it snoozed to a busy reader)."""
+    root = tmp_path / "qdrant"
+    index = EdgeIndex(EdgeIndexConfig(root=root))
+    await index.ensure_collection(COLLECTION, DIM)
+    await index.aclose()
+    reader = _try_lock(root / f"{COLLECTION}.lock")
+    assert reader is not None
+
+    def let_go_once_wanted() -> None:
+        while not is_wanted(root / f"{COLLECTION}.queued"):
+            time.sleep(0.01)
+        os.close(reader)
+
+    thread = threading.Thread(target=let_go_once_wanted, daemon=True)
+    thread.start()
+    try:
+        with anyio.fail_after(10):
+            await index.reserve(COLLECTION)
+        assert _try_lock(root / f"{COLLECTION}.lock") is None
+    finally:
+        await index.aclose()
+        thread.join(timeout=10)
 
 
 _REPLACER = """

@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from runtime.clock import ManualClock
-from runtime.errors import TransientError
+from runtime.errors import Snooze, TransientError
 from runtime.memory_store import MemoryStore
 from runtime.models import Job, JobState, NewJob
 from runtime.rescuer import Rescuer, RescuerConfig
@@ -230,6 +230,32 @@ async def test_an_attempt_that_checkpointed_progress_is_not_counted() -> None:
         await r.settled()
         [row] = r.store.jobs.values()
         assert (row.state, row.attempts) == (JobState.QUEUED, 0)
+
+
+async def test_a_snoozed_job_goes_back_untried_and_pauses_the_stage_here() -> None:
+    async with rig(max_attempts=1, concurrency={"parse": 1}) as r:
+        [row] = r.store.jobs.values()
+        state = r.worker.state
+        for n, pause_s in enumerate([0.05, 0.1, 0.2], start=1):
+            await r.gate.finish(Snooze("another worker holds the shard"))
+            await r.settled()
+            # Due again at once for any worker, the attempt not counted, no error noted.
+            assert (row.state, row.attempts, row.last_error) == (JobState.QUEUED, 0, None)
+            assert row.run_after == r.clock.db_now()
+            # This worker claims none of the stage's jobs meanwhile (the pause doubles).
+            assert state.paused_s("parse") == pytest.approx(pause_s)
+            assert "parse" not in state.free_slots()
+            r.poll()
+            await anyio.wait_all_tasks_blocked()
+            assert r.gate.started == n
+            r.clock.advance(pause_s)
+            r.poll()
+            await r.gate.until("claimed again", lambda n=n: r.gate.started == n + 1)
+        await r.gate.finish(None)
+        await r.settled()
+        assert row.state == JobState.SUCCEEDED
+        # A success here: the next snooze pauses briefly again.
+        assert state.pause("parse") == pytest.approx(0.05)
 
 
 async def test_the_heartbeat_renews_leases_and_cancels_a_job_whose_lease_was_taken() -> None:

@@ -1,0 +1,62 @@
+"""Creating an embedded vector index's shard, and checking an existing one's dimensions.
+
+Used by :class:`stages.edge_index.EdgeIndex`; see :mod:`stages.edge_session` for the lock
+a shard is created under.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import qdrant_edge as qe
+
+from runtime.api import PermanentError
+from stages.vector_index import COLLECTION_FIELD, DOCUMENT_FIELD
+
+__all__ = ["check_edge_dimensions", "ensure_shard"]
+
+
+def ensure_shard(path: Path, dimensions: int) -> None:
+    if path.is_dir():
+        check_edge_dimensions(path, path.name, dimensions)
+    else:
+        _create_shard(path, dimensions)
+
+
+def _create_shard(path: Path, dimensions: int) -> None:
+    """Create the shard in a temporary directory and rename it into place, so a crash
+    mid-create never leaves a half-made shard that ``load`` chokes on."""
+    tmp = path.with_name(f".tmp-{path.name}-{uuid.uuid4().hex}")
+    vectors = qe.EdgeVectorParams(
+        size=dimensions, distance=qe.Distance.Cosine, memory=qe.Memory.Cold
+    )
+    try:
+        shard = qe.EdgeShard.create(str(tmp), qe.EdgeConfig(vectors=vectors))
+        try:
+            keyword = qe.PayloadSchemaType.Keyword
+            shard.update(qe.UpdateOperation.create_field_index(DOCUMENT_FIELD, keyword))
+            tenant = qe.KeywordIndexParams(is_tenant=True)
+            shard.update(qe.UpdateOperation.create_field_index(COLLECTION_FIELD, tenant))
+            shard.flush()
+        finally:
+            shard.close()
+        os.rename(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check_edge_dimensions(path: Path, collection: str, dimensions: int) -> None:
+    # edge_config.json is qdrant-edge's own file; if its layout changes, skip the check
+    # rather than refuse a working shard.
+    try:
+        stored = json.loads((path / "edge_config.json").read_text())["vectors"][""]["size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if stored != dimensions:
+        raise PermanentError(
+            f"vector collection {collection!r} holds {stored}-dimension vectors, not {dimensions}"
+        )
