@@ -1,5 +1,5 @@
 -- The full current schema of ragline, for reading and for the migration test.
--- Generated from schema/migrations/ (0001 to 0008); tests/migration checks they agree.
+-- Generated from schema/migrations/ (0001 to 0009); tests/migration checks they agree.
 -- Never apply this to a live database: use `python -m runtime migrate`.
 
 
