@@ -145,9 +145,8 @@ class IndexStage:
 
     async def _embed_missing(self, ctx: JobContext, model: str) -> None:
         embedder = self.services.embedder_for(model)
-        texts = {c.sha256: c.text for c in await store.chunks(ctx.pool, ctx.job.document_id)}
-        cached = await store.cached(ctx.pool, model, list(texts))
-        misses = [(sha, text) for sha, text in texts.items() if sha not in cached]
+        found = await store.texts_to_embed(ctx.pool, ctx.job.document_id, model)
+        misses = list(found.misses.items())
         for start in range(0, len(misses), embedder.max_batch):
             batch = misses[start : start + embedder.max_batch]
             vectors = await embedder.embed([t for _, t in batch], "search_document")

@@ -198,9 +198,8 @@ async def _vectors(
     if all(r.vector is not None for r in rows):
         return rows
     embedder = services.embedder_for(target.model)
-    texts = {c.sha256: c.text for c in await store.chunks(pool, document_id)}
-    cached = await store.cached(pool, target.model, list(texts))
-    todo = [(sha, text) for sha, text in texts.items() if sha not in cached]
+    found = await store.texts_to_embed(pool, document_id, target.model)
+    todo = list(found.misses.items())
     for start in range(0, len(todo), embedder.max_batch):
         part = todo[start : start + embedder.max_batch]
         vectors = await _embed(embedder, [t for _, t in part])

@@ -209,11 +209,6 @@ async def texts_to_embed(db: Reader, document_id: uuid.UUID, model: str) -> Text
     return TextsToEmbed(texts=len({r[0] for r in rows}), misses=misses)
 
 
-async def cached(db: Reader, model: str, sha256s: Sequence[str]) -> set[str]:
-    rows = await db.fetch(Q["cached_embeddings"], model, list(sha256s))
-    return {r["sha256"] for r in rows}
-
-
 async def insert_embeddings(
     conn: Conn, model: str, items: Sequence[tuple[str, Sequence[float]]]
 ) -> None:

@@ -108,11 +108,6 @@ FROM chunks AS c
 WHERE c.document_id = $1
 ORDER BY c.ordinal;
 
--- name: cached_embeddings
--- Which of these texts already have a vector for this model.
--- $1 model, $2 sha256s
-SELECT sha256 FROM embeddings WHERE model = $1 AND sha256 = ANY($2::text[]);
-
 -- name: insert_embeddings
 -- A batch of vectors into the content-addressed cache; a concurrent writer's copy wins.
 -- $1 model, $2 sha256s, $3 dimensions, $4 the vectors (float32 big-endian bytes each)
