@@ -6,12 +6,7 @@ turns every way a file can fail to be a usable PDF into one
 to do. :func:`iter_pages` yields each page's text and the page's new images, so a caller
 that writes as it goes keeps memory flat in the page count.
 
-A page's text is its MuPDF text blocks in content-stream order, separated by blank lines,
-with ligatures expanded ("ﬁ" → "fi", so search finds the words). Blocks cost about 5% more
-than plain ``page.get_text()`` and give the chunker paragraphs. They stay in content-stream
-order, the reading order of nearly every producer (sorting by position would interleave the
-blocks of two columns). Reading font sizes (``"dict"``) to find headings cost 3-4x the
-time of plain text, so the chunker finds headings from the text instead.
+A page's text comes from :mod:`stages.page_text`.
 """
 
 # PyMuPDF ships type hints for only part of its API; its untyped methods are still the
@@ -20,12 +15,9 @@ time of plain text, so the chunker finds headings from the text instead.
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import hashlib
 import logging
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +27,7 @@ import pymupdf
 
 from runtime.api import InvalidDocument, MissingInput, one_line
 from stages.heap import release_free_heap
+from stages.page_text import page_text
 from stages.settings import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MIN_IMAGE_BYTES, DEFAULT_MIN_IMAGE_PX
 
 __all__ = [
@@ -56,7 +49,6 @@ _MAGIC = b"%PDF-"
 _MAGIC_WINDOW = 1024
 # MuPDF's own exceptions (pymupdf.mupdf.FzErrorBase) do not derive from RuntimeError.
 _MUPDF_ERRORS = (RuntimeError, ValueError, pymupdf.mupdf.FzErrorBase)
-_TEXT_FLAGS = pymupdf.TEXTFLAGS_TEXT & ~pymupdf.TEXT_PRESERVE_LIGATURES
 
 # MuPDF prints its errors to stdout ("MuPDF error: format error: ..."), into the CLI's
 # output; ragline reports them itself, one line naming the file. (pymupdf4llm's import
@@ -267,7 +259,7 @@ def _read_page(
     one broken page does not sink a long document."""
     text, images = "", []
     try:
-        text = _page_text(page)
+        text = page_text(page)
     except _MUPDF_ERRORS as exc:
         _skipped(doc, page, "text", exc)
     try:
@@ -285,46 +277,6 @@ def _skipped(doc: pymupdf.Document, page: Any, what: str, exc: BaseException) ->
         what,
         one_line(str(exc)),
     )
-
-
-def _page_text(page: Any) -> str:
-    blocks = _text_blocks(page)
-    text = "\n\n".join(t for b in blocks if b[6] == 0 and (t := b[4].strip()))
-    # Some fonts map glyphs to U+0000; PostgreSQL text cannot hold it, and it means nothing.
-    return text.replace("\x00", "") if "\x00" in text else text
-
-
-_decref = ctypes.pythonapi.Py_DecRef
-_decref.argtypes = [ctypes.py_object]
-_decref.restype = None
-
-
-def _text_blocks(page: Any) -> list[tuple[Any, ...]]:
-    """``page.get_text("blocks")`` without PyMuPDF 2.0's leak: its C helper (``_as_blocks``
-    in src/extra.i) appends each block tuple with ``LIST_APPEND``, which keeps a reference,
-    so every block of every page stayed in memory with its text (~10 kB a page, 130 MB
-    over bench.ingest's corpus). That reference is given back, on tuples only this list
-    holds, and only where :func:`_leaks_blocks` found the leak."""
-    blocks: list[tuple[Any, ...]] = page.get_textpage(flags=_TEXT_FLAGS).extractBLOCKS()
-    if _leaks_blocks():
-        for block in blocks:
-            # The list's reference, ``block``'s and the argument's; a fourth is the leak.
-            if sys.getrefcount(block) > 3:
-                _decref(block)
-    return blocks
-
-
-@functools.cache
-def _leaks_blocks() -> bool:
-    """Whether ``extractBLOCKS`` leaks a reference on each block, probed on a made page."""
-    doc = pymupdf.open()
-    page = doc.new_page()
-    page.insert_text((72, 72), "probe")
-    blocks = page.get_textpage(flags=_TEXT_FLAGS).extractBLOCKS()
-    # A tuple only the list holds has two references: the list's and the argument's.
-    if leaks := sys.getrefcount(blocks[0]) > 2:
-        _decref(blocks[0])
-    return leaks
 
 
 def _page_images(

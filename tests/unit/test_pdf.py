@@ -21,7 +21,8 @@ import pytest
 
 import stages.pdf
 from runtime.errors import InvalidDocument, MissingInput
-from stages.pdf import Image, PageText, _page_text, _text_blocks, iter_pages, open_pdf
+from stages.page_text import page_text, text_blocks
+from stages.pdf import Image, PageText, iter_pages, open_pdf
 from tests.support.corpus import big_pdf, broken_pdfs, corpus_pdfs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,20 +165,20 @@ def test_an_unreadable_page_is_left_out_and_the_rest_parsed(
 
 def test_page_text_keeps_no_block_in_memory() -> None:
     """PyMuPDF 2.0 leaks every block tuple of ``extractBLOCKS`` (and its text with it);
-    ``_page_text`` gives those references back, so reading a page again and again holds
+    ``page_text`` gives those references back, so reading a page again and again holds
     nothing more (before: 6 objects per block per read)."""
     doc = open_pdf(pdf_bytes(["first block\nsecond line"] * 2), name="leak.pdf")
     page = doc.load_page(0)
-    assert _page_text(page) == "first block\nsecond line"
+    assert page_text(page) == "first block\nsecond line"
     before = sys.getallocatedblocks()
     for _ in range(300):
-        _page_text(page)
+        page_text(page)
     assert sys.getallocatedblocks() - before < 100
 
 
 def test_text_blocks_are_held_by_their_list_alone() -> None:
     doc = open_pdf(pdf_bytes(["one page"]), name="refs.pdf")
-    blocks = _text_blocks(doc.load_page(0))
+    blocks = text_blocks(doc.load_page(0))
     # The list's reference and the argument's: no leaked one, none taken too many.
     assert [sys.getrefcount(blocks[i]) for i in range(len(blocks))] == [2] * len(blocks)
     assert blocks[0][4] == "one page\n"
