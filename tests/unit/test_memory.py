@@ -30,7 +30,10 @@ def test_start_up_objects_are_frozen_out_of_collections() -> None:
 
     from runtime.memory import freeze_startup_objects
 
-    alive = object.__new__(type("Alive", (), {}))
+    class Alive:
+        pass
+
+    alive = Alive()
     try:
         frozen = freeze_startup_objects()
         assert frozen == gc.get_freeze_count() > 0
