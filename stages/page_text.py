@@ -24,8 +24,9 @@ import sys
 from typing import Any
 
 import pymupdf
+from pymupdf import mupdf
 
-__all__ = ["page_text", "text_blocks"]
+__all__ = ["page_text", "text_at", "text_blocks"]
 
 _TEXT_FLAGS = pymupdf.TEXTFLAGS_TEXT & ~pymupdf.TEXT_PRESERVE_LIGATURES
 
@@ -33,8 +34,44 @@ _TEXT_FLAGS = pymupdf.TEXTFLAGS_TEXT & ~pymupdf.TEXT_PRESERVE_LIGATURES
 pymupdf.TOOLS.unset_quad_corrections(True)
 
 
+# PyMuPDF's own helpers under its Page and TextPage methods (src/extra.i), present since
+# the rebased implementation; without them every page takes the public path.
+_EXTRA: Any = getattr(pymupdf, "extra", None)
+_LOW_LEVEL = all(
+    hasattr(m, n)
+    for m, n in (
+        (_EXTRA, "page_get_textpage"),
+        (_EXTRA, "extractBLOCKS"),
+        (pymupdf, "JM_page_rotation"),
+    )
+)
+
+
+def text_at(doc: pymupdf.Document, number: int) -> str:
+    """The text of page ``number`` (0-based), as :func:`page_text` of
+    ``doc.load_page(number)`` gives it, without PyMuPDF's Python ``Page`` and ``TextPage``
+    objects: they were 11% of parsing's CPU (interleaved page by page over bench.ingest's
+    corpus; the same text on every page). A rotated page takes the public path, which reads
+    it as if unrotated."""
+    if not _LOW_LEVEL:
+        return page_text(doc.load_page(number))
+    fz_page = mupdf.fz_load_page(doc.this, number)
+    pdf_page = mupdf.pdf_page_from_fz_page(fz_page)
+    if pdf_page.m_internal and pymupdf.JM_page_rotation(pdf_page):
+        return page_text(doc.load_page(number))
+    pymupdf.TOOLS.set_icc(False)
+    try:
+        textpage = mupdf.FzStextPage(_EXTRA.page_get_textpage(fz_page, None, _TEXT_FLAGS, None))
+    finally:
+        pymupdf.TOOLS.set_icc(True)
+    return _joined(_given_back(_EXTRA.extractBLOCKS(textpage)))
+
+
 def page_text(page: Any) -> str:
-    blocks = text_blocks(page)
+    return _joined(text_blocks(page))
+
+
+def _joined(blocks: list[tuple[Any, ...]]) -> str:
     text = "\n\n".join(t for b in blocks if b[6] == 0 and (t := b[4].strip()))
     # Some fonts map glyphs to U+0000; PostgreSQL text cannot hold it, and it means nothing.
     return text.replace("\x00", "") if "\x00" in text else text
@@ -58,7 +95,10 @@ def text_blocks(page: Any) -> list[tuple[Any, ...]]:
         textpage = page.get_textpage(flags=_TEXT_FLAGS)
     finally:
         pymupdf.TOOLS.set_icc(True)
-    blocks: list[tuple[Any, ...]] = textpage.extractBLOCKS()
+    return _given_back(textpage.extractBLOCKS())
+
+
+def _given_back(blocks: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     if _leaks_blocks():
         for block in blocks:
             # The list's reference, ``block``'s and the argument's; a fourth is the leak.

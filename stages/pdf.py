@@ -20,14 +20,13 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import pymupdf
 
 from runtime.api import InvalidDocument, MissingInput, one_line
 from stages.heap import release_free_heap
-from stages.page_text import page_text
+from stages.page_text import text_at
 from stages.settings import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MIN_IMAGE_BYTES, DEFAULT_MIN_IMAGE_PX
 
 __all__ = [
@@ -229,10 +228,7 @@ def iter_pages(
     seen = _Seen()
     limits = (min_image_px, min_image_bytes, max_image_pixels)
     for number in range(doc.page_count):
-        page = doc.load_page(number)
-        text, images = _read_page(doc, page, seen, limits)
-        # Drop the page (and its display list) before the caller handles the results.
-        del page
+        text, images = _read_page(doc, number, seen, limits)
         if seen.decoded > DECODED_IMAGES_BUDGET or (
             trim_cache_every_pages and (number + 1) % trim_cache_every_pages == 0
         ):
@@ -253,38 +249,38 @@ def _release_document_memory() -> None:
 
 
 def _read_page(
-    doc: pymupdf.Document, page: Any, seen: _Seen, limits: tuple[int, int, int]
+    doc: pymupdf.Document, number: int, seen: _Seen, limits: tuple[int, int, int]
 ) -> tuple[str, list[Image]]:
     """The page's text and images; a part MuPDF cannot read is logged and left out, so
     one broken page does not sink a long document."""
     text, images = "", []
     try:
-        text = page_text(page)
+        text = text_at(doc, number)
     except _MUPDF_ERRORS as exc:
-        _skipped(doc, page, "text", exc)
+        _skipped(doc, number, "text", exc)
     try:
-        images = _page_images(doc, page, seen, limits)
+        images = _page_images(doc, number, seen, limits)
     except _MUPDF_ERRORS as exc:
-        _skipped(doc, page, "images", exc)
+        _skipped(doc, number, "images", exc)
     return text, images
 
 
-def _skipped(doc: pymupdf.Document, page: Any, what: str, exc: BaseException) -> None:
+def _skipped(doc: pymupdf.Document, number: int, what: str, exc: BaseException) -> None:
     log.warning(
         "%s: page %d %s cannot be read, left out: %s",
         doc.name or "<bytes>",
-        page.number + 1,
+        number + 1,
         what,
         one_line(str(exc)),
     )
 
 
 def _page_images(
-    doc: pymupdf.Document, page: Any, seen: _Seen, limits: tuple[int, int, int]
+    doc: pymupdf.Document, number: int, seen: _Seen, limits: tuple[int, int, int]
 ) -> list[Image]:
     min_px, min_bytes, max_pixels = limits
     found: list[Image] = []
-    for info in page.get_images(full=True):
+    for info in doc.get_page_images(number, full=True):
         xref, width, height = info[0], info[2], info[3]
         if xref in seen.xrefs:
             continue
@@ -296,13 +292,13 @@ def _page_images(
                 "%s: skipped image xref %d on page %d: %dx%d px is over max_image_pixels=%d",
                 doc.name or "<bytes>",
                 xref,
-                page.number + 1,
+                number + 1,
                 width,
                 height,
                 max_pixels,
             )
             continue
-        image = _extract(doc, xref, page.number + 1)
+        image = _extract(doc, xref, number + 1)
         if image is None or image.ext == "png":
             # Decoded (a PDF holds no PNG), and the pixels stay in MuPDF's store.
             seen.decoded += width * height * 4

@@ -21,8 +21,9 @@ import pytest
 
 import stages.pdf
 from runtime.errors import InvalidDocument, MissingInput
-from stages.page_text import page_text, text_blocks
+from stages.page_text import page_text, text_at, text_blocks
 from stages.pdf import Image, PageText, iter_pages, open_pdf
+from tests.made_formats import make_epub
 from tests.support.corpus import big_pdf, broken_pdfs, corpus_pdfs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,6 +183,37 @@ def test_text_blocks_are_held_by_their_list_alone() -> None:
     # The list's reference and the argument's: no leaked one, none taken too many.
     assert [sys.getrefcount(blocks[i]) for i in range(len(blocks))] == [2] * len(blocks)
     assert blocks[0][4] == "one page\n"
+
+
+def test_text_at_reads_what_the_public_path_reads(tmp_path: Path) -> None:
+    """``text_at`` skips PyMuPDF's Page object; the text must not change: plain and
+    rotated PDF pages, a page with a NUL glyph mapping, and a non-PDF document (EPUB)."""
+    doc = pymupdf.open()
+    for rotation in (0, 90, 180, 270):
+        page = doc.new_page()
+        page.insert_text((72, 72), "first line of a paragraph\nsecond line of it")
+        page.insert_text((320, 72), "right column")
+        page.insert_text((72, 400), "lower block")
+        page.set_rotation(rotation)
+    doc.new_page().insert_text((72, 72), "nul\x00here")
+    opened = open_pdf(bytes(doc.tobytes()), name="rotated.pdf")
+    epub = pymupdf.open(make_epub(tmp_path / "book.epub"))
+    for d in (opened, epub):
+        public = [page_text(d.load_page(n)) for n in range(d.page_count)]
+        assert [text_at(d, n) for n in range(d.page_count)] == public
+        assert any(public)
+    # Read as if unrotated: the same blocks in the same order at every rotation.
+    blocks = "first line of a paragraph\nsecond line of it\n\nright column\n\nlower block"
+    assert [text_at(opened, n) for n in range(4)] == [blocks] * 4
+
+
+def test_text_at_keeps_no_block_in_memory() -> None:
+    doc = open_pdf(pdf_bytes(["first block\nsecond line"] * 2), name="leak.pdf")
+    assert text_at(doc, 0) == "first block\nsecond line"
+    before = sys.getallocatedblocks()
+    for _ in range(300):
+        text_at(doc, 0)
+    assert sys.getallocatedblocks() - before < 100
 
 
 def test_ligatures_are_expanded() -> None:
