@@ -22,7 +22,7 @@ from runtime.cli_app import EXIT_USAGE, App, fail, guarded, run_async
 from runtime.cli_options import WorkerOptions, env_option, worker_config, worker_flags
 from runtime.commands import ENGINE_COMMANDS
 from runtime.errors import ConfigurationError, one_line
-from runtime.memory import freeze_startup_objects
+from runtime.interpreter import tune_worker_interpreter
 from runtime.plugin import DEFAULT_PIPELINE, Plugin, load_plugin
 from runtime.private import make_private
 from runtime.settings import ENGINE_SETTINGS, validate_env, validate_options
@@ -169,7 +169,7 @@ def run_workers(app: App) -> None:
     pipeline = app.plugin.build(app.build_context())
     pipeline.prepare(config.stages)
     serve_metrics(app.worker)
-    freeze_startup_objects()
+    tune_worker_interpreter()
 
     def body(dsn: str) -> None:
         run_async(Worker(pipeline, dsn, config).run)

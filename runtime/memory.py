@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import gc
 import os
 import sys
 
@@ -58,17 +57,3 @@ def limit_malloc_arenas(arenas: int = WORKER_ARENAS) -> bool:
     if os.environ.get("MALLOC_ARENA_MAX"):
         return False
     return bool(libc.mallopt(M_ARENA_MAX, arenas))
-
-
-def freeze_startup_objects() -> int:
-    """Move every object alive now (modules, classes, the built pipeline) out of the
-    garbage collector's reach; returns how many it now skips.
-
-    A worker's full collections otherwise walk the whole start-up heap (numpy, PyMuPDF,
-    qdrant-edge, asyncpg and ragline's own modules) again and again, though none of it is
-    ever garbage: on bench.ingest's corpus the collector took 1.2 s of two workers' 46 s
-    of CPU, full collections about 50 ms each. Called once, after the pipeline is built.
-    """
-    gc.collect()
-    gc.freeze()
-    return gc.get_freeze_count()

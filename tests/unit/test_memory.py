@@ -23,21 +23,3 @@ def test_the_cap_is_set_in_a_fresh_process() -> None:
         env={"PATH": "/usr/bin:/bin"},
     ).stdout.strip()  # fmt: skip
     assert out == "True"
-
-
-def test_start_up_objects_are_frozen_out_of_collections() -> None:
-    import gc
-
-    from runtime.memory import freeze_startup_objects
-
-    class Alive:
-        pass
-
-    alive = Alive()
-    try:
-        frozen = freeze_startup_objects()
-        assert frozen == gc.get_freeze_count() > 0
-        # What was alive at the freeze is no longer tracked by any generation.
-        assert not any(o is alive for o in gc.get_objects())
-    finally:
-        gc.unfreeze()

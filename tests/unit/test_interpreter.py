@@ -1,0 +1,36 @@
+"""runtime.interpreter: a worker's CPython settings."""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+from runtime.interpreter import (
+    WORKER_SWITCH_INTERVAL_S,
+    freeze_startup_objects,
+    tune_worker_interpreter,
+)
+
+
+def test_start_up_objects_are_frozen_out_of_collections() -> None:
+    class Alive:
+        pass
+
+    alive = Alive()
+    try:
+        frozen = freeze_startup_objects()
+        assert frozen == gc.get_freeze_count() > 0
+        # What was alive at the freeze is no longer tracked by any generation.
+        assert not any(o is alive for o in gc.get_objects())
+    finally:
+        gc.unfreeze()
+
+
+def test_a_worker_takes_short_gil_turns() -> None:
+    before = sys.getswitchinterval()
+    try:
+        tune_worker_interpreter()
+        assert sys.getswitchinterval() == WORKER_SWITCH_INTERVAL_S < before
+    finally:
+        gc.unfreeze()
+        sys.setswitchinterval(before)
