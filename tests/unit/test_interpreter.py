@@ -19,7 +19,9 @@ def test_start_up_objects_are_frozen_out_of_collections() -> None:
     alive = Alive()
     try:
         frozen = freeze_startup_objects()
-        assert frozen == gc.get_freeze_count() > 0
+        # (A frozen object freed since leaves the count: no exact equality.)
+        assert frozen > 0
+        assert gc.get_freeze_count() > 0
         # What was alive at the freeze is no longer tracked by any generation.
         assert not any(o is alive for o in gc.get_objects())
     finally:
