@@ -153,7 +153,8 @@ class QdrantIndex:
         await self._require(collection)
         for batch in vi.batches(points, self.config.batch_size):
             structs = [
-                qm.PointStruct(id=str(p.id), vector=p.vector, payload=p.payload) for p in batch
+                qm.PointStruct(id=str(p.id), vector=list(p.vector), payload=p.payload)
+                for p in batch
             ]
             await self._call(
                 f"upsert {collection}",

@@ -67,7 +67,8 @@ class Point(msgspec.Struct, frozen=True):
     """One vector with its payload; ``payload`` must hold ``document_id`` and ``generation``."""
 
     id: uuid.UUID
-    vector: list[float]
+    #: A list, or the cache's ``array('f')`` (:func:`stages.store.vectors_of`).
+    vector: Sequence[float]
     payload: dict[str, Any]
 
 

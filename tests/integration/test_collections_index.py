@@ -144,7 +144,7 @@ async def test_points_of_earlier_layouts_are_searched_scanned_replaced_and_delet
     old = chunks(doc, 1, 4) + chunks(gone, 1, 2)
     shard = qe.EdgeShard.load(str(root / OLD))  # as an earlier ragline left it on disk
     try:
-        stored = [qe.Point(p.id, p.vector, layout(p.payload)) for p in old]
+        stored = [qe.Point(p.id, list(p.vector), layout(p.payload)) for p in old]
         shard.update(qe.UpdateOperation.upsert_points(stored))
         shard.flush()
     finally:

@@ -134,7 +134,7 @@ def test_0003_converts_cached_vectors_to_bytes(empty_dsn: str) -> None:
     """Embeddings cached as real[] by 0002 come out of 0003 as the same numbers."""
     from stages.store import vector_of
 
-    async def go() -> list[tuple[str, int, list[float] | None]]:
+    async def go() -> list[tuple[str, int, list[float]]]:
         conn = await asyncpg.connect(empty_dsn)
         try:
             for version, _, sql in schema.migrations():
@@ -146,7 +146,7 @@ def test_0003_converts_cached_vectors_to_bytes(empty_dsn: str) -> None:
             )
             await conn.execute(next(sql for v, _, sql in schema.migrations() if v == 3))
             rows = await conn.fetch("SELECT sha256, dimensions, vector FROM embeddings ORDER BY 1")
-            return [(r[0], r[1], vector_of(r[2])) for r in rows]
+            return [(r[0], r[1], list(vector_of(r[2]) or [])) for r in rows]
         finally:
             await conn.close()
 

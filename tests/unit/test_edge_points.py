@@ -5,14 +5,16 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import numpy as np
 import qdrant_edge as qe
 
+from stages import store
 from stages.points import BODY_FIELD, edge_points, payload_of
 from stages.vector_index import Point
 
 
-def _shard(path: Path) -> qe.EdgeShard:
-    vectors = qe.EdgeVectorParams(size=2, distance=qe.Distance.Cosine, memory=qe.Memory.Cold)
+def _shard(path: Path, distance: qe.Distance = qe.Distance.Cosine) -> qe.EdgeShard:
+    vectors = qe.EdgeVectorParams(size=2, distance=distance, memory=qe.Memory.Cold)
     return qe.EdgeShard.create(str(path), qe.EdgeConfig(vectors=vectors))
 
 
@@ -54,3 +56,19 @@ def test_only_a_tenant_other_than_default_is_stored_as_a_field() -> None:
 
     assert stored("default") == {"document_id", "generation", BODY_FIELD}
     assert stored("alpha") == {"document_id", "generation", "collection", BODY_FIELD}
+
+
+def test_a_cached_vector_array_is_stored_as_its_floats(tmp_path: Path) -> None:
+    """The cache's ``array('f')`` vectors (no list of floats) reach the shard unchanged."""
+    data = np.array([[0.6, 0.8], [-0.25, 1.5e-7]], dtype=store.VECTOR_DTYPE)
+    vectors = store.vectors_of([row.tobytes() for row in data])
+    payload = {"document_id": "d", "generation": 1}
+    points = [Point(id=uuid.uuid4(), vector=v or [], payload=payload) for v in vectors]
+    shard = _shard(tmp_path / "s", distance=qe.Distance.Dot)
+    try:
+        shard.update(qe.UpdateOperation.upsert_points(edge_points(points)))
+        stored = shard.retrieve([p.id for p in points], with_payload=False, with_vector=True)
+    finally:
+        shard.close()
+    by_id = {uuid.UUID(str(r.id)): r.vector for r in stored}
+    assert [by_id[p.id] for p in points] == data.astype(np.float32).tolist()

@@ -48,7 +48,10 @@ def test_document_points_equal_new_point() -> None:
 def test_vectors_decode_together_or_one_by_one() -> None:
     vectors = np.random.default_rng(1).random((5, 6)).astype(store.VECTOR_DTYPE)
     data: list[bytes | None] = [v.tobytes() for v in vectors]
-    assert store.vectors_of(data) == [store.vector_of(d) for d in data]
+    decoded = store.vectors_of(data)
+    # The stored big-endian floats, as this machine's float32 (exactly: no rounding).
+    assert [list(v or []) for v in decoded] == vectors.astype(np.float32).tolist()
+    assert decoded == [store.vector_of(d) for d in data]
     data[2] = None
     assert store.vectors_of(data) == [store.vector_of(d) for d in data]
     assert store.vectors_of([]) == []
