@@ -25,8 +25,8 @@ keeps them as plain fields: :mod:`stages.qdrant_index`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import msgspec
 import qdrant_edge as qe
@@ -51,9 +51,11 @@ _decode = msgspec.json.Decoder(dict[str, Any]).decode
 def edge_points(points: Sequence[Point]) -> list[qe.Point]:
     """qdrant-edge points for ``points``, their payloads packed as described above."""
     doc, gen, body = DOCUMENT_FIELD, GENERATION_FIELD, BODY_FIELD
-    # (Its stub says list; it reads any sequence of floats, the cache's arrays too.)
-    point = cast("Callable[..., qe.Point]", qe.Point)
-    return [point(p.id, p.vector, _stored(p.payload, doc, gen, body)) for p in points]
+    # Its stub says list; it reads any sequence of floats, the cache's arrays too.
+    return [
+        qe.Point(p.id, p.vector, _stored(p.payload, doc, gen, body))  # type: ignore[arg-type]
+        for p in points
+    ]
 
 
 def _stored(payload: Mapping[str, Any], doc: str, gen: str, body: str) -> dict[str, Any]:
