@@ -207,6 +207,26 @@ def test_text_at_reads_what_the_public_path_reads(tmp_path: Path) -> None:
     assert [text_at(opened, n) for n in range(4)] == [blocks] * 4
 
 
+def test_text_off_the_page_is_not_read() -> None:
+    """Text wholly off the page (below it, left of it, outside its crop box) is left out
+    without MuPDF's mediabox clip, which page_text does not ask for; a line running past
+    the edge keeps the part on the page. Plain and rotated pages, both paths."""
+    doc = pymupdf.open()
+    for rotation in (0, 90):
+        page = doc.new_page(width=300, height=400)
+        page.insert_text((72, 72), "on the page")
+        page.insert_text((250, 120), "overfull line runs past the edge")
+        page.insert_text((72, 300), "outside the crop box")
+        page.insert_text((72, 520), "below the page")
+        page.insert_text((-200, 150), "left of it")
+        page.set_cropbox(pymupdf.Rect(0, 0, 300, 200))
+        page.set_rotation(rotation)
+    opened = open_pdf(bytes(doc.tobytes()), name="offpage.pdf")
+    kept = "on the page\n\noverfull line"
+    assert [text_at(opened, n) for n in range(2)] == [kept] * 2
+    assert [page_text(opened.load_page(n)) for n in range(2)] == [kept] * 2
+
+
 def test_text_at_keeps_no_block_in_memory() -> None:
     doc = open_pdf(pdf_bytes(["first block\nsecond line"] * 2), name="leak.pdf")
     assert text_at(doc, 0) == "first block\nsecond line"
