@@ -27,6 +27,7 @@ import pymupdf
 from runtime.api import InvalidDocument, MissingInput, one_line
 from stages.heap import release_free_heap
 from stages.page_text import text_at
+from stages.png import png_of
 from stages.settings import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MIN_IMAGE_BYTES, DEFAULT_MIN_IMAGE_PX
 
 __all__ = [
@@ -311,12 +312,18 @@ def _page_images(
 
 def _extract(doc: pymupdf.Document, xref: int, page: int) -> Image | None:
     try:
-        raw = doc.extract_image(xref)
-        if not raw:
-            return None
-        data, ext = raw["image"], raw["ext"]
-        if ext not in _MEDIA_TYPES or (ext == "jpeg" and raw.get("colorspace", 3) > 3):
-            data, ext = _to_png(doc, xref), "png"
+        if _kept_as_is(doc, xref):
+            raw = doc.extract_image(xref)
+            if not raw:
+                return None
+            data, ext = raw["image"], raw["ext"]
+            width, height = int(raw["width"]), int(raw["height"])
+            if ext not in _MEDIA_TYPES or (ext == "jpeg" and raw.get("colorspace", 3) > 3):
+                data, width, height = _to_png(doc, xref)
+                ext = "png"
+        else:
+            data, width, height = _to_png(doc, xref)
+            ext = "png"
     except _MUPDF_ERRORS as exc:
         # One unreadable image (unsupported filter, broken stream) must not sink the page.
         log.warning(
@@ -333,13 +340,22 @@ def _extract(doc: pymupdf.Document, xref: int, page: int) -> Image | None:
         data=data,
         media_type=_MEDIA_TYPES[ext],
         ext=ext,
-        width=int(raw["width"]),
-        height=int(raw["height"]),
+        width=width,
+        height=height,
     )
 
 
-def _to_png(doc: pymupdf.Document, xref: int) -> bytes:
+def _kept_as_is(doc: pymupdf.Document, xref: int) -> bool:
+    """Whether the image's stream is a file format of its own (JPEG, JPEG 2000), which
+    ``extract_image`` hands back as it is stored. Any other it decodes and encodes as a
+    PNG at zlib's default level: :func:`_to_png` does that at level 1 instead."""
+    kind, value = doc.xref_get_key(xref, "Filter")
+    return kind != "null" and ("DCTDecode" in value or "JPXDecode" in value)
+
+
+def _to_png(doc: pymupdf.Document, xref: int) -> tuple[bytes, int, int]:
+    """The image as a PNG, its width and height (CMYK converted to RGB)."""
     pix = pymupdf.Pixmap(doc, xref)
     if pix.colorspace is not None and pix.colorspace.n > 3:
         pix = pymupdf.Pixmap(pymupdf.csRGB, pix)
-    return bytes(pix.tobytes("png"))
+    return png_of(pix), pix.width, pix.height
