@@ -138,6 +138,8 @@ CREATE TABLE chunks (
 );
 
 CREATE INDEX chunks_over_window ON chunks (document_id) WHERE over_window;
+-- Image chunks only (0010): vision replaces them without reading the text chunks.
+CREATE INDEX chunks_images ON chunks (document_id) WHERE kind = 'image';
 
 -- embed: content-addressed cache, model + sha256(text) -> vector. Shared by documents,
 -- so re-embedding unchanged text is free and re-indexing needs no embedding call.

@@ -150,8 +150,9 @@ async def replace_image_chunks(
     conn: Conn, document_id: uuid.UUID, generation: int, chunks: Sequence[NewChunk]
 ) -> None:
     await conn.execute(Q["delete_image_chunks"], document_id)
-    first = await conn.fetchval(Q["next_chunk_ordinal"], document_id)
-    await _insert_chunks(conn, document_id, "image", generation, int(first), chunks)
+    if chunks:  # most documents have no image to describe
+        first = await conn.fetchval(Q["next_chunk_ordinal"], document_id)
+        await _insert_chunks(conn, document_id, "image", generation, int(first), chunks)
 
 
 async def _insert_chunks(

@@ -124,6 +124,38 @@ def test_hot_statement_is_index_lookups_as_a_generic_plan(dsn: str) -> None:
     assert "Seq Scan" not in plan, plan
 
 
+def test_image_chunks_are_deleted_through_their_own_index(dsn: str) -> None:
+    """Vision replaces a document's image chunks: the delete must find them through
+    chunks_images, not walk the document's text chunks (and their dead versions)."""
+
+    async def go() -> str:
+        conn = await asyncpg.connect(dsn)
+        try:
+            doc = await conn.fetchval(
+                """INSERT INTO documents (id, filename, media_type, byte_size, sha256)
+                   VALUES (gen_random_uuid(), 'x.pdf', 'application/pdf', 1, 'x') RETURNING id"""
+            )
+            await conn.execute(
+                """INSERT INTO chunks (document_id, ordinal, kind, text, page_start, page_end,
+                                       sha256, generation)
+                   SELECT $1, g, CASE WHEN g > 4990 THEN 'image' ELSE 'text'
+                                 END::ragline_chunk_kind, 'text', 1, 1, md5(g::text), 1
+                   FROM generate_series(0, 4999) AS g""",
+                doc,
+            )
+            await conn.execute("ANALYZE chunks")
+            sql = schema.load("pipeline")["delete_image_chunks"]
+            await conn.execute("PREPARE forget (uuid) AS " + sql)
+            await conn.execute("SET plan_cache_mode = force_generic_plan")
+            plan = await conn.fetch(f"EXPLAIN EXECUTE forget ('{doc}')")
+            return "\n".join(r[0] for r in plan)
+        finally:
+            await conn.close()
+
+    plan = asyncio.run(go())
+    assert "chunks_images" in plan, plan
+
+
 def test_every_named_query_is_loadable_and_unique() -> None:
     for group in ("stage_jobs", "documents", "workers", "migrations", "status", "pipeline"):
         queries = schema.load(group)
