@@ -23,6 +23,7 @@ from pathlib import Path
 
 import msgspec
 import pymupdf
+from pymupdf import mupdf
 
 from runtime.api import InvalidDocument, MissingInput, one_line
 from stages.heap import release_free_heap
@@ -354,8 +355,12 @@ def _kept_as_is(doc: pymupdf.Document, xref: int) -> bool:
 
 
 def _to_png(doc: pymupdf.Document, xref: int) -> tuple[bytes, int, int]:
-    """The image as a PNG, its width and height (CMYK converted to RGB)."""
+    """The image as a PNG, its width and height. A PNG holds gray or RGB: any other color
+    space (CMYK, a spot color, Lab) is converted to RGB first, as MuPDF's encoder does."""
     pix = pymupdf.Pixmap(doc, xref)
-    if pix.colorspace is not None and pix.colorspace.n > 3:
+    space = pix.colorspace
+    if space is not None and not (
+        mupdf.fz_colorspace_is_gray(space.this) or mupdf.fz_colorspace_is_rgb(space.this)
+    ):
         pix = pymupdf.Pixmap(pymupdf.csRGB, pix)
     return png_of(pix), pix.width, pix.height

@@ -63,3 +63,20 @@ def test_pdf_images_that_are_not_jpeg_come_out_pixel_for_pixel() -> None:
     for image, xref in zip(images[:2], xrefs, strict=False):
         assert pymupdf.Pixmap(image.data).samples == pymupdf.Pixmap(pdf, xref).samples
     assert images[2].data == pdf.extract_image(xrefs[2])["image"]
+
+
+def test_a_spot_color_image_comes_out_as_mupdfs_own_png_of_it() -> None:
+    """A PNG holds gray or RGB: an image in a spot color (Separation) is converted to RGB
+    first, as MuPDF's encoder converts it (writing its tints as gray would invert it)."""
+    doc = pymupdf.open()
+    page = doc.new_page()
+    xref = page.insert_image(
+        pymupdf.Rect(72, 72, 272, 232), stream=_pixmap(pymupdf.csGRAY, False, 100).tobytes("png")
+    )
+    spot = "<< /FunctionType 2 /Domain [0 1] /C0 [0 0 0 0] /C1 [0 1 1 0] /N 1 >>"
+    doc.xref_set_key(xref, "ColorSpace", f"[/Separation /Spot /DeviceCMYK {spot}]")
+    pdf = open_pdf(bytes(doc.tobytes()), name="spot.pdf")
+    [(_, images)] = list(iter_pages(pdf, min_image_px=10, min_image_bytes=1))
+    ours = pymupdf.Pixmap(images[0].data)
+    theirs = pymupdf.Pixmap(pdf.extract_image(pdf.get_page_images(0)[0][0])["image"])
+    assert (ours.n, ours.samples) == (3, theirs.samples)
