@@ -313,15 +313,14 @@ def _page_images(
 
 def _extract(doc: pymupdf.Document, xref: int, page: int) -> Image | None:
     try:
+        raw = {}  # any image but a JPEG (2000) is made a PNG here
         if _kept_as_is(doc, xref):
             raw = doc.extract_image(xref)
             if not raw:
                 return None
-            data, ext = raw["image"], raw["ext"]
-            width, height = int(raw["width"]), int(raw["height"])
-            if ext not in _MEDIA_TYPES or (ext == "jpeg" and raw.get("colorspace", 3) > 3):
-                data, width, height = _to_png(doc, xref)
-                ext = "png"
+        ext = raw.get("ext")
+        if ext in _MEDIA_TYPES and not (ext == "jpeg" and raw.get("colorspace", 3) > 3):
+            data, width, height = raw["image"], int(raw["width"]), int(raw["height"])
         else:
             data, width, height = _to_png(doc, xref)
             ext = "png"
