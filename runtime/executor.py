@@ -44,6 +44,7 @@ class Executor:
         finally:
             st.running[name] -= 1
             st.wake[name].set()
+            st.wake_entry()
             st.drained.set()
 
     async def run_job(self, flight: InFlight) -> InFlight | None:

@@ -56,8 +56,8 @@ class Producer:
     def claimable(self, stage: str, free: int) -> int:
         """Free slots to fill now: none while a provider the stage calls has its circuit
         open (its jobs stay queued), one when a probe is due; none while a snooze paused
-        the stage."""
-        if self.state.paused_s(stage) > 0:
+        the stage, nor while a busy ``holds_entry`` stage holds it back."""
+        if self.state.paused_s(stage) > 0 or self.state.held_back(stage):
             return 0
         providers = self.state.providers
         if free <= 0 or providers is None:

@@ -65,8 +65,10 @@ class Settler:
         st = self.state
         job, stage = flight.job, flight.stage
         nxt = st.pipeline.next_stage(stage.name)
-        want_next = not st.stopping.is_set() and not (
-            st.providers is not None and st.providers.blocked(stage.name)
+        want_next = (
+            not st.stopping.is_set()
+            and not st.held_back(stage.name)
+            and not (st.providers is not None and st.providers.blocked(stage.name))
         )
         following: Job | None = None
         try:

@@ -82,11 +82,24 @@ class Stage(Protocol):
         ...
 
 
+#: A stage may also declare ``holds_entry = True``: while all of its slots in a worker
+#: are busy, that worker leases no new job of the pipeline's first stage (new documents),
+#: and leaves them to its peers. For a stage whose jobs only one process at a time can
+#: run (ragline's embedded vector index): that process would otherwise take its share of
+#: new documents as well, its queue of the stage's jobs would grow while it parses, and
+#: the run would end with the other processes idle while it catches up.
+#: (:func:`holds_entry` reads it.)
+#:
 #: A stage may also declare ``providers``: a sequence of
 #: :class:`runtime.providers.ProviderSpec` its jobs call. The engine then holds the
 #: stage's claims while one of their circuits is open and meters calls made through
 #: :meth:`JobContext.calling` against the fleet's budget. It is optional, so it is not
 #: part of the Protocol.
+
+
+def holds_entry(stage: Stage) -> bool:
+    """Whether a busy ``stage`` holds back its worker's new documents (see above)."""
+    return bool(getattr(stage, "holds_entry", False))
 
 
 class Pipeline(msgspec.Struct, frozen=True, kw_only=True):

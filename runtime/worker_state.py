@@ -16,7 +16,7 @@ from runtime.jobstore import JobStore
 from runtime.models import Job
 from runtime.provider_gate import Providers
 from runtime.repository import Pool
-from runtime.stage import Pipeline, Stage
+from runtime.stage import Pipeline, Stage, holds_entry
 from runtime.worker_config import WorkerConfig
 
 log = logging.getLogger("runtime.worker")
@@ -61,6 +61,10 @@ class WorkerState:
         #: Per stage: when its claims resume (monotonic) and its last pause.
         self._paused_until: dict[str, float] = {}
         self._pause_s: dict[str, float] = {}
+        self._entry = pipeline.names[0]
+        self._holding = tuple(
+            s for s in config.stages if s != self._entry and holds_entry(pipeline.stage(s))
+        )
         self.log = logging.LoggerAdapter(log, {"worker": self.id})
 
     @property
@@ -92,6 +96,23 @@ class WorkerState:
         nxt = self.pipeline.next_stage(stage)
         event = self.wake.get(nxt) if nxt else None
         if event is not None:
+            event.set()
+
+    def held_back(self, stage: str) -> bool:
+        """``stage`` is the pipeline's first, another live worker serves it too, and one
+        of this worker's ``holds_entry`` stages has every slot busy: lease none of its
+        jobs now (a slot freeing up wakes its claim loop, :meth:`wake_entry`)."""
+        if stage != self._entry or not self._holding:
+            return False
+        # Alone with the first stage, there is nobody to leave new documents to.
+        if self.peer_stages is not None and stage not in self.peer_stages:
+            return False
+        limits = self.config.concurrency
+        return any(self.running[s] >= limits[s] for s in self._holding)
+
+    def wake_entry(self) -> None:
+        """A slot freed up: the first stage's claim loop may be held back no longer."""
+        if self._holding and (event := self.wake.get(self._entry)) is not None:
             event.set()
 
     def pause(self, stage: str) -> float:

@@ -51,6 +51,15 @@ class IndexStage:
     def __init__(self, services: Services) -> None:
         self.services = services
 
+    @property
+    def holds_entry(self) -> bool:
+        """With the embedded index, only the process holding the shard runs index jobs
+        (the others snooze theirs to it): while its index slots are all busy it parses
+        no new documents, so its index queue does not grow behind its own parsing and
+        the run does not end with the other processes idle while it catches up
+        (runtime.stage: ``holds_entry``)."""
+        return self.services.settings.qdrant is None
+
     async def process(self, ctx: JobContext) -> Written:
         job = ctx.job
         where, found = await model_switch.targets_and_tenant(

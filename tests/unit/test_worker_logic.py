@@ -190,6 +190,51 @@ async def test_a_worker_registers_and_wakes_itself_for_its_next_stage() -> None:
     assert store.workers == {}  # unregistered on the way out
 
 
+class HoldingGate(Gate):
+    holds_entry = True
+
+
+@pytest.mark.parametrize("peer", [True, False])
+async def test_a_busy_holds_entry_stage_leaves_new_documents_to_a_peer(peer: bool) -> None:
+    """While every slot of a ``holds_entry`` stage is busy, a worker leases no new job of
+    the first stage when another worker serves it too; alone, it goes on."""
+    clock = ManualClock()
+    store = MemoryStore(clock)
+    if peer:
+        store.workers["peer"] = (("parse",), clock.db_now())
+    await store.enqueue([NewJob(document_id=uuid.uuid4(), stage="parse") for _ in range(3)])
+    await store.enqueue([NewJob(document_id=uuid.uuid4(), stage="index")])
+    parse, index = Gate("parse"), HoldingGate("index")
+    cfg = config(stages=("parse", "index"), concurrency={"parse": 1, "index": 1})
+    worker = Worker(Pipeline(stages=[parse, index]), "", cfg, clock=clock)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.serve, store)
+            await index.until("index running", lambda: index.running == 1)
+            if peer:
+                # The first parse job may have been leased before index's; no other is.
+                worker.state.wake_all()
+                await anyio.sleep(0.05)
+                await parse.finish(*[None] * parse.running)
+                await anyio.sleep(0.05)
+                started = parse.started
+                assert started <= 1 and parse.running == 0
+                # The index slot frees up (after the job the parse enqueued): new
+                # documents again, without a poll.
+                await index.finish(*[None] * (1 + started))
+                await parse.until("parse resumed", lambda: parse.started == started + 1)
+            else:
+                await parse.until("parse running", lambda: parse.running == 1)
+                assert index.running == 1
+            await parse.finish(None, None, None)
+            await index.finish(None, None, None, None)
+            await parse.until("all parsed", lambda: parse.started == 3 and parse.running == 0)
+            await index.until("all indexed", lambda: index.started == 4 and index.running == 0)
+            worker.stop()
+    parse.close()
+    index.close()
+
+
 async def test_a_failed_attempt_is_retried_after_its_backoff_until_max_attempts() -> None:
     async with rig(max_attempts=2) as r:
         await r.gate.finish(ValueError("a bug"))
