@@ -1,19 +1,33 @@
 """The embed stage against a Cohere-compatible server over real HTTP: provider-sized
-batches, the content-addressed cache, rate limits, retries and per-batch checkpoints."""
+batches, the content-addressed cache, rate limits, retries and per-batch checkpoints; and
+the local model's vectors written with the job's completion."""
 
 from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bench.harness.fake_cohere import Fault
+from bench.standins import hash_vectors
+from runtime.errors import TransientError
 from runtime.models import DocumentStatus, JobRow, JobState
 from runtime.providers import CircuitConfig
+from stages import store
+from stages.embedder import LocalEmbedder, LocalEmbedderConfig
 from tests.integration.conftest import OpenPipeline
-from tests.support.pipeline_env import PipelineEnv, TimedCohere, long_pdf, sample
+from tests.support.pipeline_env import (
+    PipelineEnv,
+    TimedCohere,
+    long_pdf,
+    pipeline_env,
+    sample,
+    tool_env,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -21,6 +35,9 @@ pytestmark = pytest.mark.anyio
 MAX_BATCH = 96
 #: Small chunks, so a PDF of a few dozen pages makes a few hundred of them.
 SMALL_CHUNKS = {"RAGLINE_CHUNK_TOKENS": "400", "RAGLINE_CHUNK_OVERLAP_TOKENS": "40"}
+#: The same for the local model, in its WordPiece tokens.
+LOCAL_CHUNKS = {"RAGLINE_CHUNK_TOKENS": "50", "RAGLINE_CHUNK_OVERLAP_TOKENS": "5"}
+LOCAL_BATCH = LocalEmbedderConfig().max_batch
 #: Probes every 0.2-0.4 s instead of 5-60 s.
 FAST_CIRCUIT = CircuitConfig(failures=3, probe_s=0.2, probe_max_s=0.4)
 
@@ -160,6 +177,82 @@ async def test_each_batch_is_checkpointed_and_a_retry_sends_only_the_rest(
         assert fake_cohere.requests_to("embed") == 2 + batches - 1
         assert fake_cohere.snapshot().texts_embedded == unique
         assert await env.embeddings(model) == unique
+        job = await embed_job(env, doc_id)
+        assert (job.state, job.attempts, job.error_kind) == ("succeeded", 1, "transient")
+        await env.assert_indexed(doc_id)
+
+
+class CountingLocal:
+    """The local model's ``embed`` replaced by hash vectors (fast), counting texts and
+    calls, and raising a transient error at call ``fail_at`` (1-based) once."""
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.calls = 0
+        self.texts = 0
+        self.fail_at = fail_at
+        self.inserts: list[int] = []
+
+    async def embed(self, _self: object, texts: list[str], input_type: str) -> list[list[float]]:
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise TransientError("local model: out of memory (injected)")
+        self.texts += len(texts)
+        return hash_vectors(texts, LocalEmbedder.dimensions)
+
+
+@pytest.fixture
+def counting_local(monkeypatch: pytest.MonkeyPatch) -> Callable[..., CountingLocal]:
+    def install(fail_at: int | None = None) -> CountingLocal:
+        counting = CountingLocal(fail_at)
+
+        async def embed(self: object, texts: list[str], input_type: str) -> list[list[float]]:
+            return await counting.embed(self, texts, input_type)
+
+        original = store.insert_embeddings
+
+        async def insert(conn: Any, model: str, items: Any) -> None:
+            counting.inserts.append(len(items))
+            await original(conn, model, items)
+
+        monkeypatch.setattr(LocalEmbedder, "embed", embed)
+        monkeypatch.setattr(store, "insert_embeddings", insert)
+        return counting
+
+    return install
+
+
+async def test_a_fast_local_model_writes_a_document_in_one_transaction(
+    dsn: str, tmp_path: Path, counting_local: Callable[..., CountingLocal]
+) -> None:
+    """Unmetered and fast: every batch's vectors are written with the job's completion."""
+    counting = counting_local()
+    pdf = long_pdf(tmp_path / "harbour-log.pdf", 220)
+    async with pipeline_env(dsn, tmp_path / "d", **tool_env(**LOCAL_CHUNKS)) as env:
+        doc_id = (await env.submit(pdf)).document_id
+        await env.run()
+        assert (await env.doc(doc_id)).status == DocumentStatus.READY
+        unique = await unique_texts(env, doc_id)
+        assert counting.calls == math.ceil(unique / LOCAL_BATCH) >= 3
+        assert counting.inserts == [unique]
+        assert await env.embeddings(LocalEmbedder.model) == unique
+        await env.assert_indexed(doc_id)
+
+
+async def test_a_failed_local_call_keeps_the_batches_before_it(
+    dsn: str, tmp_path: Path, counting_local: Callable[..., CountingLocal]
+) -> None:
+    """The vectors held back are checkpointed when a call fails: the retry embeds only
+    the rest, and the failure costs no attempt (it checkpointed progress)."""
+    counting = counting_local(fail_at=3)
+    pdf = long_pdf(tmp_path / "harbour-log.pdf", 220)
+    async with pipeline_env(dsn, tmp_path / "d", **tool_env(**LOCAL_CHUNKS)) as env:
+        doc_id = (await env.submit(pdf, max_attempts=1)).document_id
+        await env.run()
+        assert (await env.doc(doc_id)).status == DocumentStatus.READY
+        unique = await unique_texts(env, doc_id)
+        assert counting.texts == unique  # nothing embedded twice
+        first_two = 2 * LOCAL_BATCH
+        assert counting.inserts == [first_two, unique - first_two]
         job = await embed_job(env, doc_id)
         assert (job.state, job.attempts, job.error_kind) == ("succeeded", 1, "transient")
         await env.assert_indexed(doc_id)
