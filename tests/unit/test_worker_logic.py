@@ -163,13 +163,19 @@ async def test_the_claim_loop_fills_its_slots_and_no_more() -> None:
         assert r.states() == [JobState.SUCCEEDED] * 5
 
 
+def one_slot_each(first: Gate, second: Gate, clock: ManualClock) -> Worker:
+    """A worker of a two-stage pipeline, one slot per stage."""
+    names = (first.name, second.name)
+    cfg = config(stages=names, concurrency=dict.fromkeys(names, 1))
+    return Worker(Pipeline(stages=[first, second]), "", cfg, clock=clock)
+
+
 async def test_a_worker_registers_and_wakes_itself_for_its_next_stage() -> None:
     clock = ManualClock()
     store = MemoryStore(clock)
     await store.enqueue([NewJob(document_id=uuid.uuid4(), stage="parse")])
     parse, chunk = Gate("parse"), Gate("chunk")
-    cfg = config(stages=("parse", "chunk"), concurrency={"parse": 1, "chunk": 1})
-    worker = Worker(Pipeline(stages=[parse, chunk]), "", cfg, clock=clock)
+    worker = one_slot_each(parse, chunk, clock)
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             await tg.start(worker.serve, store)
@@ -205,8 +211,7 @@ async def test_a_busy_holds_entry_stage_leaves_new_documents_to_a_peer(peer: boo
     await store.enqueue([NewJob(document_id=uuid.uuid4(), stage="parse") for _ in range(3)])
     await store.enqueue([NewJob(document_id=uuid.uuid4(), stage="index")])
     parse, index = Gate("parse"), HoldingGate("index")
-    cfg = config(stages=("parse", "index"), concurrency={"parse": 1, "index": 1})
-    worker = Worker(Pipeline(stages=[parse, index]), "", cfg, clock=clock)
+    worker = one_slot_each(parse, index, clock)
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             await tg.start(worker.serve, store)
