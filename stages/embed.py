@@ -71,16 +71,22 @@ class EmbedStage(ProviderStage):
         # The live model, and a model switch's target while it builds (both get vectors,
         # so the index stage can write both collections).
         held = Held()
-        for model in (await model_switch.targets(ctx.pool, self.services)).models:
-            texts = await store.texts_to_embed(ctx.pool, ctx.job.document_id, model)
-            if not texts.texts:
-                raise InvalidDocument(
-                    f"{ctx.job.filename}: no text found to index (a scanned PDF needs "
-                    "RAGLINE_VISION=ocr or cohere)"
-                )
-            CACHE_HITS.inc(texts.texts - len(texts.misses))
-            if items := await self.embed_texts(ctx, model, texts.misses):
-                held.items[model] = items
+        try:
+            for model in (await model_switch.targets(ctx.pool, self.services)).models:
+                texts = await store.texts_to_embed(ctx.pool, ctx.job.document_id, model)
+                if not texts.texts:
+                    raise InvalidDocument(
+                        f"{ctx.job.filename}: no text found to index (a scanned PDF needs "
+                        "RAGLINE_VISION=ocr or cohere)"
+                    )
+                CACHE_HITS.inc(texts.texts - len(texts.misses))
+                if items := await self.embed_texts(ctx, model, texts.misses):
+                    held.items[model] = items
+        except Exception:
+            # An earlier model's vectors (a model switch embeds two) are kept too.
+            for model, items in held.items.items():
+                await self._keep(ctx, model, items)
+            raise
         return held if held.items else None
 
     async def embed_texts(self, ctx: JobContext, model: str, misses: dict[str, str]) -> Items:
@@ -97,10 +103,7 @@ class EmbedStage(ProviderStage):
                     await self._checkpoint(ctx, model, held)
                     held, since = [], time.monotonic()
         except Exception:
-            if held:
-                # Keep what came back: a retry then sends only the rest.
-                with contextlib.suppress(Exception):
-                    await self._checkpoint(ctx, model, held)
+            await self._keep(ctx, model, held)
             raise
         return held
 
@@ -120,6 +123,13 @@ class EmbedStage(ProviderStage):
             await store.insert_embeddings(conn, model, items)
 
         await ctx.checkpoint(write)
+
+    async def _keep(self, ctx: JobContext, model: str, items: Items) -> None:
+        """On the way out of a failed attempt: checkpoint what came back, if the lease
+        still allows, so a retry sends only the rest."""
+        if items:
+            with contextlib.suppress(Exception):
+                await self._checkpoint(ctx, model, items)
 
     async def write(self, conn: DbConn, job: Job, output: Held | None) -> None:
         """The vectors not checkpointed yet, in the completion's transaction."""
