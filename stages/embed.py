@@ -28,6 +28,7 @@ from prometheus_client import Counter
 
 from runtime.api import DbConn, InvalidDocument, Job, JobContext, ProviderSpec
 from stages import model_switch, store
+from stages.embedder_protocol import Embedder
 from stages.provider_stage import ProviderStage
 
 CACHE_HITS = Counter("ragline_embed_cache_hits", "Chunks whose vector was already cached")
@@ -98,7 +99,7 @@ class EmbedStage(ProviderStage):
         since = time.monotonic()
         try:
             for batch in batches(list(misses.items()), embedder.max_batch):
-                held += await self._embed_batch(ctx, model, batch)
+                held += await self._embed_batch(ctx, embedder, batch)
                 if embedder.metered or time.monotonic() - since >= CHECKPOINT_EVERY_S:
                     await self._checkpoint(ctx, model, held)
                     held, since = [], time.monotonic()
@@ -108,14 +109,14 @@ class EmbedStage(ProviderStage):
         return held
 
     async def _embed_batch(
-        self, ctx: JobContext, model: str, batch: Sequence[tuple[str, str]]
+        self, ctx: JobContext, embedder: Embedder, batch: Sequence[tuple[str, str]]
     ) -> Items:
         limiter = self.services.limiter
         texts = [t for _, t in batch]
         gate = self.gate(ctx, tokens=estimated_tokens(texts))
         async with gate, limiter if limiter is not None else contextlib.nullcontext():
             REQUESTS.inc()
-            vectors = await self.services.embedder_for(model).embed(texts, "search_document")
+            vectors = await embedder.embed(texts, "search_document")
         return [(sha, vec) for (sha, _), vec in zip(batch, vectors, strict=True)]
 
     async def _checkpoint(self, ctx: JobContext, model: str, items: Items) -> None:

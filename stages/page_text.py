@@ -13,12 +13,14 @@ corpus, the text of all 14,361 pages identical either way): PyMuPDF's correction
 character's box from its font's ascender and descender (16% of parsing's CPU), and
 MuPDF's conversion of every text color through ICC profiles (11%).
 
-Nor is MuPDF's mediabox clip asked for: it bounds every glyph again to drop those wholly
-off the page, which MuPDF already leaves out when it runs the page (text below, beside or
-outside the crop box of a page is not read either way: ``tests/unit/test_pdf.py``). The
-clip cost 6.4% of reading the text (interleaved page by page over the corpus); without
-it, 53 characters on 28 of the corpus's 14,361 pages come back, each the last character
-of an overfull line (a ``)`` or a ``\\``) that sits partly past the margin.
+Nor is MuPDF's mediabox clip asked for: it bounds every glyph to drop those wholly off
+the page, which ``extractBLOCKS`` does again anyway (it skips each character whose box
+misses the page), so text below, beside or outside the crop box of a page is not read
+either way (``tests/unit/test_pdf.py``; MuPDF's plain-text output, which computes no
+boxes, would need the clip back). The clip cost 6.4% of reading the text (interleaved
+page by page over the corpus); without it, 53 characters on 28 of the corpus's 14,361
+pages come back, each the last character of an overfull line (a ``)`` or a ``\\``) that
+sits partly past the margin, where the two tests disagree.
 """
 
 # mypy: disallow-untyped-calls=False
