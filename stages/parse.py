@@ -1,11 +1,10 @@
-"""parse: the original PDF → text per page and the images in it (stored in the asset store).
+"""parse: the original document → text per page (or section) and the images in it (stored
+in the asset store).
 
-Other formats (stages/formats) give pages too, or numbered sections with a label.
-
-PyMuPDF works page by page in a worker thread (one per process), so memory stays flat in
-the page count and the event loop keeps heartbeating. Images are stored as they are found
-(keys derive from the document id and the image's hash, so a retry overwrites its own
-objects).
+PyMuPDF and the format readers (stages/formats) run in the worker's parser process
+(:mod:`stages.parser_process`), one document at a time, which streams the pages back so
+memory stays flat in the page count; this stage stores each image as it arrives (keys
+derive from the document id and the image's hash, so a retry overwrites its own objects).
 """
 
 from __future__ import annotations
@@ -21,20 +20,18 @@ import msgspec
 from runtime.api import (
     DbConn,
     DocumentRepository,
-    InvalidDocument,
     Job,
     JobContext,
     MissingInput,
 )
 from stages import store
 from stages.assets import image_key
-from stages.formats import by_media_type
-from stages.formats.read import read_units
-from stages.pdf import Image, iter_pages, open_pdf
+from stages.formats.unit import Unit
+from stages.parser_wire import ParseRequest
+from stages.pdf import Image
 from stages.services import Services
 
 TRIM_CACHE_EVERY_PAGES = 200
-PDF = "application/pdf"
 
 
 class ParseOutput(msgspec.Struct, frozen=True):
@@ -61,54 +58,38 @@ class ParseStage:
                 )
             except MissingInput as exc:
                 raise MissingInput(f"{job.filename}: the original is gone: {exc}") from exc
-            # One PDF at a time in this process: PyMuPDF holds the GIL, so a second
-            # parsing thread adds no speed, only contention (measured: 5% more CPU for the
-            # pipeline). The other slots still fetch their originals meanwhile; more
-            # parsing takes more processes (``--stages parse``).
+            # One document at a time in this process: its parser process reads one.
+            # The other slots still fetch their originals meanwhile; more parsing takes
+            # more processes (``--stages parse``).
             if self._cpu is None:
                 self._cpu = anyio.CapacityLimiter(1)
-            if doc.media_type != PDF:
-                return await anyio.to_thread.run_sync(
-                    self._parse_other, job, path, doc.filename, doc.media_type, limiter=self._cpu
-                )
-            return await anyio.to_thread.run_sync(
-                self._parse, job, path, doc.filename, limiter=self._cpu
-            )
+            request = self._request(path, doc.filename, doc.media_type)
+            return await anyio.to_thread.run_sync(self._parse, job, request, limiter=self._cpu)
 
-    def _parse(self, job: Job, path: Path, filename: str) -> ParseOutput:
-        """Runs in a worker thread; stores images through the event loop as it goes."""
+    def _request(self, path: Path, filename: str, media_type: str) -> ParseRequest:
         s = self.services.settings
+        return ParseRequest(
+            path=str(path),
+            filename=filename,
+            media_type=media_type,
+            min_image_px=s.min_image_px,
+            min_image_bytes=s.min_image_bytes,
+            max_image_pixels=s.max_image_pixels,
+            # MuPDF's cache would grow to 256 MB on a long document; trimming it every
+            # 200 pages keeps the parser's peak far lower for ~5% more CPU.
+            trim_cache_every_pages=TRIM_CACHE_EVERY_PAGES,
+        )
+
+    def _parse(self, job: Job, request: ParseRequest) -> ParseOutput:
+        """Runs in a worker thread; stores images through the event loop as they come."""
         pages: list[store.Page] = []
         assets: list[store.Asset] = []
-        pdf = open_pdf(str(path), name=filename)
-        try:
-            for text, images in iter_pages(
-                pdf,
-                min_image_px=s.min_image_px,
-                min_image_bytes=s.min_image_bytes,
-                max_image_pixels=s.max_image_pixels,
-                # MuPDF's cache would grow to 256 MB on a long document; trimming it every
-                # 200 pages keeps a worker's peak far lower for ~5% more CPU.
-                trim_cache_every_pages=TRIM_CACHE_EVERY_PAGES,
-            ):
-                pages.append(store.Page(text.page, text.text))
-                assets.extend(self._store(job, image) for image in images)
-        finally:
-            pdf.close()  # type: ignore[no-untyped-call]
-        return ParseOutput(pages=pages, assets=assets)
 
-    def _parse_other(self, job: Job, path: Path, filename: str, media_type: str) -> ParseOutput:
-        """Formats beyond PDF (stages/formats): pages, or sections with their labels."""
-        fmt = by_media_type(media_type)
-        if fmt is None:
-            raise InvalidDocument(f"{filename}: unknown media type {media_type!r}")
-        s = self.services.settings
-        limits = (s.min_image_px, s.min_image_bytes, s.max_image_pixels)
-        pages: list[store.Page] = []
-        assets: list[store.Asset] = []
-        for unit in read_units(path, fmt, filename, limits):
+        def take(unit: Unit) -> None:
             pages.append(store.Page(unit.page, unit.text, unit.section))
             assets.extend(self._store(job, image) for image in unit.images)
+
+        self.services.parser.parse(request, take)
         return ParseOutput(pages=pages, assets=assets)
 
     def _store(self, job: Job, image: Image) -> store.Asset:

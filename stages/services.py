@@ -24,6 +24,7 @@ from stages.settings import PipelineSettings
 if TYPE_CHECKING:
     from stages.assets import AssetStore
     from stages.embedder_protocol import Embedder
+    from stages.parser_process import ParserProcess
     from stages.tokens import TokenCounter
     from stages.vector_index import VectorIndex
     from stages.vision_protocol import VisionModel
@@ -109,6 +110,13 @@ class Services:
         return vector_index(self.settings, self.data_dir)
 
     @functools.cached_property
+    def parser(self) -> ParserProcess:
+        """This process's parser process (:mod:`stages.parser_process`)."""
+        from stages.parser_process import ParserProcess
+
+        return ParserProcess()
+
+    @functools.cached_property
     def limiter(self) -> AsyncLimiter | None:
         """An in-process smoother at the embed rate (metered embedders only). The fleet's
         budget is the engine's provider gate (``ctx.calling``); this only keeps one
@@ -150,13 +158,16 @@ class Services:
             self.index  # noqa: B018
         if "vision" in stages:
             self.vision  # noqa: B018
+        if "parse" in stages:
+            # Last, once nothing else can fail: it imports PyMuPDF while the worker starts.
+            self.parser.start()
 
     async def aclose(self) -> None:
         # Dropped from the cache as they close, so a later run builds fresh ones.
         from stages.model_switch import close_embedders
 
         await close_embedders(self)
-        for name in ("embedder", "vision", "index", "assets"):
+        for name in ("embedder", "vision", "index", "assets", "parser"):
             service = self.__dict__.pop(name, None)
             if service is not None:
                 await service.aclose()

@@ -11,7 +11,9 @@ on two cores, and switch OCR off unless it is the point.
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -22,8 +24,10 @@ import pytest
 
 from runtime.errors import InvalidDocument
 from runtime.models import DocumentStatus, JobState
-from stages import verify
+from stages import store, verify
 from stages.parse import ParseStage
+from stages.parser_process import ParserProcess
+from stages.parser_wire import ParseRequest
 from stages.pipeline import STAGES
 from stages.vector_index import new_point
 from tests.integration.conftest import OpenPipeline
@@ -138,6 +142,45 @@ async def test_a_process_parses_one_pdf_at_a_time(
         assert peak == 1
         for doc_id in ids:
             assert len(await env.stage_jobs(doc_id, "chunk")) == 1
+
+
+async def test_a_parser_crash_costs_its_document_an_attempt_not_the_worker(
+    dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # MuPDF crashing on a file (a segfault) kills the parser process; here for real, with
+    # SIGKILL once the parser has sent the first pages of a long document.
+    long = tmp_path / "long.pdf"
+    doc: Any = pymupdf.open()
+    for i in range(300):
+        doc.new_page().insert_textbox(pymupdf.Rect(36, 36, 560, 800), f"{i} " + "words " * 300)
+    doc.save(str(long))
+    doc.close()
+    crashed: list[int] = []
+    original = ParserProcess.parse
+
+    def crashing(self: ParserProcess, request: ParseRequest, take: Any) -> None:
+        def take_and_crash(unit: Any) -> None:
+            if request.filename == "long.pdf" and not crashed:
+                assert self._proc is not None
+                os.kill(self._proc.pid, signal.SIGKILL)
+                crashed.append(self._proc.wait())
+            take(unit)
+
+        original(self, request, take_and_crash)
+
+    monkeypatch.setattr(ParserProcess, "parse", crashing)
+    async with pipeline_env(dsn, tmp_path / "data") as env:
+        ids = await env.submit_all([sample("lighthouses.pdf"), long])
+        await env.run(("parse",))
+        assert crashed == [-signal.SIGKILL]
+        by_name = {(await env.doc(i)).filename: i for i in ids}
+        [job] = await env.stage_jobs(by_name["long.pdf"], "parse")
+        assert (job.state, job.attempts) == (JobState.SUCCEEDED, 2)
+        assert "long.pdf: the parser process was killed by SIGKILL" in (job.last_error or "")
+        [other] = await env.stage_jobs(by_name["lighthouses.pdf"], "parse")
+        assert (other.state, other.attempts) == (JobState.SUCCEEDED, 1)
+        assert len(await store.pages(env.pool, by_name["long.pdf"])) == 300
+        assert await store.pages(env.pool, by_name["lighthouses.pdf"])
 
 
 async def test_broken_pdfs_fail_at_parse_once_and_good_ones_finish(
