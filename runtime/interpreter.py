@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 import gc
-import sys
-
-#: How long a thread holding the GIL runs before one that waits for it gets a turn
-#: (CPython's default: 5 ms).
-WORKER_SWITCH_INTERVAL_S = 0.001
 
 
 def tune_worker_interpreter() -> None:
-    """:func:`freeze_startup_objects`, and shorter GIL turns.
+    """:func:`freeze_startup_objects`.
 
-    A worker's event loop (claims, settlements, heartbeats) shares the GIL with the
-    threads that parse and chunk. Each time the loop wakes (a reply from PostgreSQL) it
-    waited up to a whole turn for the GIL, so a job's many round trips queued behind
-    parsing: on bench.ingest's corpus the index jobs of the process holding the shard
-    fell 1-11 s behind, and ran in a burst after the last document was embedded (1.4 s
-    of the run with one core idle). With 1 ms turns that tail was 0.3 s, and the span
-    per CPU second of the workers 2% lower over three alternating pairs.
+    The GIL's turns stay CPython's (5 ms). Workers took 1 ms turns while PyMuPDF parsed
+    in their interpreter, so the event loop did not queue behind it; with parsing in a
+    parser process (``stages/parser_process.py``) the shorter turns only cost switches:
+    bench.ingest's span 2.7% longer and its CPU 3% higher than with the default (medians
+    of seven alternating pairs).
     """
     freeze_startup_objects()
-    sys.setswitchinterval(WORKER_SWITCH_INTERVAL_S)
 
 
 def freeze_startup_objects() -> int:
