@@ -18,8 +18,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from runtime.errors import InvalidDocument, RaglineError
-from runtime.memory import limit_malloc_arenas
+from runtime.api import InvalidDocument, RaglineError
 from stages.formats import by_media_type
 from stages.formats.read import read_units
 from stages.formats.unit import Unit
@@ -115,7 +114,6 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _die_with_parent()
-    limit_malloc_arenas(1)
     sock = socket.socket(fileno=int(argv[1]))
     root = logging.getLogger()
     root.handlers[:] = [_Forward(sock)]

@@ -28,7 +28,7 @@ from typing import TypeVar
 
 import anyio.to_thread
 
-from runtime.errors import InvalidDocument, MissingInput, PermanentError
+from runtime.api import InvalidDocument, MissingInput, PermanentError
 from stages.formats.unit import Unit
 from stages.parser_wire import Done, Failed, Log, ParseRequest, Units, receive, send
 
@@ -50,6 +50,12 @@ class ParserProcess:
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        """The running parser's process id (None before it starts)."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
 
     def start(self) -> None:
         """Start the parser if it is not running (it imports PyMuPDF meanwhile)."""
