@@ -107,29 +107,28 @@ def parse_stage(path: Path) -> int:
 
 
 def _parser_cpu() -> float:
-    """CPU seconds of this process's parser process so far (0 if none is running)."""
-    parser = _stage().services.parser
-    pid = parser.pid
-    if pid is None:
-        return 0.0
+    """CPU seconds of this process's parser process so far (started and warm first)."""
+    pid = _stage().services.parser.pid
+    assert pid is not None
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu(mode: str) -> float:
+    """CPU seconds spent so far on ``mode``'s work: this process's, and its parser's."""
+    return time.process_time() + (_parser_cpu() if mode == "stage" else 0.0)
 
 
 MODES: dict[str, Mode] = {"raw": parse_raw, "pages": parse_pages, "stage": parse_stage}
 
 
 def timed(job: tuple[str, Path]) -> tuple[int, float]:
-    """Run one mode on one PDF; return its pages and the CPU seconds it took here."""
+    """Run one mode on one PDF; return its pages and the CPU seconds it took (its parser's
+    included)."""
     mode, path = job
-    if mode == "stage":
-        _stage()  # its parser started and warm
-    start, child = time.process_time(), _parser_cpu() if mode == "stage" else 0.0
+    start = _cpu(mode)
     pages = MODES[mode](path)
-    spent = time.process_time() - start
-    if mode == "stage":
-        spent += _parser_cpu() - child
-    return pages, spent
+    return pages, _cpu(mode) - start
 
 
 def cpu_per_page(pdfs: list[Path], rounds: int) -> dict[str, float]:

@@ -22,10 +22,9 @@ from runtime.api import InvalidDocument, RaglineError
 from stages.formats import by_media_type
 from stages.formats.read import read_units
 from stages.formats.unit import Unit
-from stages.parser_wire import Done, Failed, Log, ParseRequest, Units, receive, send
+from stages.parser_wire import Done, Failed, Log, ParseRequest, Units, receive_request, send
 from stages.pdf import iter_pages, open_pdf
 
-PDF = "application/pdf"
 #: Text sent back in one message at most (about); a page with images goes at once.
 BATCH_CHARS = 256 * 1024
 _PR_SET_PDEATHSIG = 1
@@ -33,35 +32,34 @@ _PR_SET_PDEATHSIG = 1
 
 def read_document(request: ParseRequest) -> Iterator[Unit]:
     """The document's pages (or sections), in order."""
-    limits = (request.min_image_px, request.min_image_bytes, request.max_image_pixels)
-    if request.media_type == PDF:
-        pdf = open_pdf(request.path, name=request.filename)
-        try:
-            for text, images in iter_pages(
-                pdf,
-                min_image_px=request.min_image_px,
-                min_image_bytes=request.min_image_bytes,
-                max_image_pixels=request.max_image_pixels,
-                trim_cache_every_pages=request.trim_cache_every_pages,
-            ):
-                yield Unit(text.page, text.text, None, images)
-        finally:
-            pdf.close()  # type: ignore[no-untyped-call]
-        return
     fmt = by_media_type(request.media_type)
     if fmt is None:
         raise InvalidDocument(f"{request.filename}: unknown media type {request.media_type!r}")
-    yield from read_units(Path(request.path), fmt, request.filename, limits)
+    if fmt.reader != "pdf":
+        limits = (request.min_image_px, request.min_image_bytes, request.max_image_pixels)
+        yield from read_units(Path(request.path), fmt, request.filename, limits)
+        return
+    pdf = open_pdf(request.path, name=request.filename)
+    try:
+        for text, images in iter_pages(
+            pdf,
+            min_image_px=request.min_image_px,
+            min_image_bytes=request.min_image_bytes,
+            max_image_pixels=request.max_image_pixels,
+            trim_cache_every_pages=request.trim_cache_every_pages,
+        ):
+            yield Unit(text.page, text.text, None, images)
+    finally:
+        pdf.close()  # type: ignore[no-untyped-call]
 
 
 def serve(sock: socket.socket) -> None:
     """Answer requests until the worker closes the socket."""
     while True:
         try:
-            request = receive(sock, ParseRequest)
+            request = receive_request(sock)
         except EOFError:
             return
-        assert isinstance(request, ParseRequest)
         try:
             batch: list[Unit] = []
             size = 0

@@ -30,7 +30,7 @@ import anyio.to_thread
 
 from runtime.api import InvalidDocument, MissingInput, PermanentError
 from stages.formats.unit import Unit
-from stages.parser_wire import Done, Failed, Log, ParseRequest, Units, receive, send
+from stages.parser_wire import Done, Failed, Log, ParseRequest, Units, receive_reply, send
 
 __all__ = ["ParserDied", "ParserProcess"]
 
@@ -78,7 +78,7 @@ class ParserProcess:
         sock = self._started()
         self._io(request, lambda: send(sock, request))
         while True:
-            reply = self._io(request, lambda: receive(sock))
+            reply = self._io(request, lambda: receive_reply(sock))
             if isinstance(reply, Done):
                 return None
             if isinstance(reply, Failed):
@@ -113,7 +113,7 @@ class ParserProcess:
             self._reap()
 
     def _started(self) -> socket.socket:
-        if self._sock is not None and self._proc is not None and self._proc.poll() is None:
+        if self._sock is not None and self.pid is not None:
             return self._sock
         self._reap()
         ours, theirs = socket.socketpair()

@@ -14,7 +14,17 @@ import msgspec
 
 from stages.formats.unit import Unit
 
-__all__ = ["Done", "Failed", "Log", "ParseRequest", "Reply", "Units", "receive", "send"]
+__all__ = [
+    "Done",
+    "Failed",
+    "Log",
+    "ParseRequest",
+    "Reply",
+    "Units",
+    "receive_reply",
+    "receive_request",
+    "send",
+]
 
 _LENGTH = struct.Struct(">I")
 
@@ -66,17 +76,26 @@ def send(sock: socket.socket, message: ParseRequest | Reply) -> None:
     sock.sendall(_LENGTH.pack(len(body)) + body)
 
 
-def receive(sock: socket.socket, kind: type[ParseRequest] | None = None) -> ParseRequest | Reply:
-    """The next message (a request where ``kind`` says so, else a reply).
+def receive_request(sock: socket.socket) -> ParseRequest:
+    """The next request (the parser's side).
 
-    :raises EOFError: the other end closed the socket (or died).
+    :raises EOFError: the worker closed the socket (or died).
     """
-    (length,) = _LENGTH.unpack(_read(sock, _LENGTH.size))
-    body = _read(sock, length)
-    if kind is ParseRequest:
-        return _requests.decode(body)
-    reply: Reply = _replies.decode(body)
+    return _requests.decode(_frame(sock))
+
+
+def receive_reply(sock: socket.socket) -> Reply:
+    """The next reply (the worker's side).
+
+    :raises EOFError: the parser closed the socket (or died).
+    """
+    reply: Reply = _replies.decode(_frame(sock))
     return reply
+
+
+def _frame(sock: socket.socket) -> bytearray:
+    (length,) = _LENGTH.unpack(_read(sock, _LENGTH.size))
+    return _read(sock, length)
 
 
 def _read(sock: socket.socket, size: int) -> bytearray:
