@@ -22,7 +22,16 @@ from runtime.api import InvalidDocument, RaglineError
 from stages.formats import by_media_type
 from stages.formats.read import read_units
 from stages.formats.unit import Unit
-from stages.parser_wire import Done, Failed, Log, ParseRequest, Units, receive_request, send
+from stages.parser_wire import (
+    Done,
+    Failed,
+    Log,
+    ParseRequest,
+    Reply,
+    Units,
+    receive_request,
+    send,
+)
 from stages.pdf import iter_pages, open_pdf
 
 #: Text sent back in one message at most (about); a page with images goes at once.
@@ -54,31 +63,40 @@ def read_document(request: ParseRequest) -> Iterator[Unit]:
 
 
 def serve(sock: socket.socket) -> None:
-    """Answer requests until the worker closes the socket."""
+    """Answer requests until the worker closes the socket (an OSError sending means it
+    is gone: raised)."""
     while True:
         try:
             request = receive_request(sock)
         except EOFError:
             return
-        try:
-            batch: list[Unit] = []
-            size = 0
-            for unit in read_document(request):
-                batch.append(unit)
-                size += len(unit.text)
-                if size >= BATCH_CHARS or unit.images:
-                    send(sock, Units(batch))
-                    batch, size = [], 0
-            if batch:
-                send(sock, Units(batch))
-            send(sock, Done())
-        except (OSError, EOFError):
-            raise  # the worker is gone
-        except RaglineError as exc:
-            send(sock, Failed(type(exc).__name__, exc.message))
-        except Exception as exc:  # a library's error on this document: the worker retries
-            text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            send(sock, Failed("error", text))
+        for reply in replies(request):
+            send(sock, reply)
+
+
+def replies(request: ParseRequest) -> Iterator[Reply]:
+    """The document's pages in batches, then ``Done``; or ``Failed`` for any error while
+    reading it (an OSError on its file included: that is the document's, not the
+    socket's)."""
+    batch: list[Unit] = []
+    size = 0
+    try:
+        for unit in read_document(request):
+            batch.append(unit)
+            size += len(unit.text)
+            if size >= BATCH_CHARS or unit.images:
+                yield Units(batch)
+                batch, size = [], 0
+    except RaglineError as exc:
+        yield Failed(type(exc).__name__, exc.message)
+        return
+    except Exception as exc:  # a library's error on this document: the worker retries
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        yield Failed("error", text)
+        return
+    if batch:
+        yield Units(batch)
+    yield Done()
 
 
 class _Forward(logging.Handler):

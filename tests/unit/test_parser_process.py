@@ -155,3 +155,16 @@ def test_closing_ends_the_parser(parser: ParserProcess) -> None:
     assert proc is not None
     parser.close()
     assert proc.returncode == 0
+
+
+def test_a_file_error_is_the_documents_not_the_parsers(
+    parser: ParserProcess, tmp_path: Path
+) -> None:
+    # An OSError while reading the document (here: its file is gone) is that document's
+    # failure, one line naming it; the parser does not take it for its socket.
+    parser.start()
+    pid = child_pid(parser)
+    with pytest.raises(RuntimeError, match=r"^FileNotFoundError: .*gone\.md") as raised:
+        read(parser, tmp_path / "gone.md", "text/markdown")
+    assert not isinstance(raised.value, ParserDied)
+    assert child_pid(parser) == pid
