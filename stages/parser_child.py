@@ -27,6 +27,7 @@ from stages.parser_wire import (
     Failed,
     Log,
     ParseRequest,
+    Ready,
     Reply,
     Units,
     receive_request,
@@ -135,6 +136,7 @@ def main(argv: list[str]) -> int:
     root.handlers[:] = [_Forward(sock)]
     root.setLevel(logging.INFO)
     try:
+        send(sock, Ready())
         serve(sock)
     except (OSError, EOFError):
         return 0

@@ -3,6 +3,7 @@
 Each message is a 4-byte big-endian length and a msgpack body (msgspec). The worker sends
 a :class:`ParseRequest`; the parser answers with :class:`Units` (pages or sections, a few
 at a time, in order) and :class:`Log` records, then one :class:`Done` or :class:`Failed`.
+A parser says :class:`Ready` once, when it has imported what reading needs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ __all__ = [
     "Failed",
     "Log",
     "ParseRequest",
+    "Ready",
     "Reply",
     "Units",
     "receive_reply",
@@ -64,7 +66,11 @@ class Failed(msgspec.Struct, frozen=True, tag=True):
     message: str
 
 
-Reply = Units | Log | Done | Failed
+class Ready(msgspec.Struct, frozen=True, tag=True):
+    """The parser has started: its imports are done and it waits for requests."""
+
+
+Reply = Units | Log | Done | Failed | Ready
 
 _encode = msgspec.msgpack.Encoder().encode
 _requests = msgspec.msgpack.Decoder(ParseRequest)

@@ -16,9 +16,10 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import anyio.to_thread
 from aiolimiter import AsyncLimiter
 
-from runtime.api import ProviderSpec
+from runtime.api import ConfigurationError, ProviderSpec
 from stages.settings import PipelineSettings
 
 if TYPE_CHECKING:
@@ -175,6 +176,21 @@ class Services:
     @contextlib.asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
         try:
+            await self._parser_ready()
             yield
         finally:
             await self.aclose()
+
+    async def _parser_ready(self) -> None:
+        """A worker whose parse stage started a parser (:meth:`prepare`) claims nothing
+        until it is ready: no document waits on it, and one that cannot start stops the
+        worker with one line."""
+        parser = self.__dict__.get("parser")
+        if parser is None:
+            return
+        from stages.parser_process import ParserDied
+
+        try:
+            await anyio.to_thread.run_sync(parser.wait_ready)
+        except ParserDied as exc:
+            raise ConfigurationError(f"cannot parse documents: {exc}") from exc

@@ -168,3 +168,32 @@ def test_a_file_error_is_the_documents_not_the_parsers(
         read(parser, tmp_path / "gone.md", "text/markdown")
     assert not isinstance(raised.value, ParserDied)
     assert child_pid(parser) == pid
+
+
+def test_a_started_parser_says_it_is_ready_and_then_reads(parser: ParserProcess) -> None:
+    parser.wait_ready()
+    assert parser.pid is not None
+    parser.wait_ready()  # once ready, at once
+    assert [u.page for u in read(parser, SAMPLES / "lighthouses.pdf")][:1] == [1]
+
+
+def broken_pymupdf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parsers started from now on find a PyMuPDF that cannot be imported (this process
+    keeps the one it has)."""
+    fake = tmp_path / "shadow" / "pymupdf"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('this PyMuPDF is broken')\n")
+    monkeypatch.setenv("PYTHONPATH", str(fake.parent))
+
+
+def test_a_parser_that_cannot_start_says_so_before_any_document(
+    parser: ParserProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken_pymupdf(tmp_path, monkeypatch)
+    with pytest.raises(ParserDied, match="exited with status 1 before it was ready"):
+        parser.wait_ready()
+    # A document sent to such a parser fails naming itself, not as a hang.
+    with pytest.raises(ParserDied, match=r"^lighthouses\.pdf: the parser process exited"):
+        read(parser, SAMPLES / "lighthouses.pdf")
+    monkeypatch.delenv("PYTHONPATH")
+    assert read(parser, SAMPLES / "lighthouses.pdf")  # the next start works again

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 
 from runtime.errors import ConfigurationError
@@ -30,3 +31,39 @@ def test_limiter_holds_one_seconds_worth() -> None:
 def test_bad_rate_is_a_configuration_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="RAGLINE_EMBED_RPM"):
         Services({"RAGLINE_EMBED_RPM": "fast"}, tmp_path)
+
+
+def test_a_parser_that_cannot_start_stops_the_worker_before_it_claims(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker enters the services' lifespan before its first claim: a parser process
+    that cannot start (here: a PyMuPDF it cannot import) is one line there."""
+    fake = tmp_path / "shadow" / "pymupdf"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('this PyMuPDF is broken')\n")
+    monkeypatch.setenv("PYTHONPATH", str(fake.parent))
+    services = Services({}, tmp_path)
+    services.prepare(["parse"])
+
+    async def enter() -> None:
+        async with services.lifespan():
+            raise AssertionError("the lifespan must not start")
+
+    with pytest.raises(
+        ConfigurationError,
+        match=r"^cannot parse documents: the parser process exited with status 1 before it "
+        r"was ready$",
+    ):
+        anyio.run(enter)
+    assert "parser" not in services.__dict__  # closed with the rest
+
+
+def test_the_lifespan_starts_once_the_parser_is_ready(tmp_path: Path) -> None:
+    services = Services({}, tmp_path)
+    services.prepare(["parse"])
+
+    async def enter() -> int | None:
+        async with services.lifespan():
+            return services.parser.pid
+
+    assert anyio.run(enter) is not None
