@@ -20,7 +20,8 @@ server) and prints:
 ``--index-only``: one ragline run (no raw PyMuPDF, no memory section), then the index
 stage's CPU per point; for work on the index stage.
 
-Peak RSS is the kernel's ``ru_maxrss`` of the child process (``os.wait4``).
+Peak RSS is the kernel's ``ru_maxrss`` of the child process (``os.wait4``), started
+through :mod:`bench.harness.rusage` so that it is the child's own, not this process's.
 """
 
 # PyMuPDF's API is only partly typed.
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -245,32 +247,51 @@ def worker_command(dsn: str, data_dir: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def wait_measured(proc: subprocess.Popen[bytes], started: float, timeout_s: float) -> Measured:
-    """Reap ``proc`` with ``wait4`` (its own rusage); kill it if it overruns."""
-    deadline = started + timeout_s
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            # ru_maxrss is in KiB on Linux.
-            wall = time.perf_counter() - started
-            cpu = usage.ru_utime + usage.ru_stime
-            return Measured(proc.returncode, wall, usage.ru_maxrss / 1024, cpu)
-        if time.perf_counter() > deadline:
-            proc.kill()
-        time.sleep(0.02)
+class Spawned(msgspec.Struct, frozen=True):
+    """A child started through :mod:`bench.harness.rusage`, which writes its rusage to
+    ``report`` (a child's own ``wait4`` figure would include this process's peak RSS)."""
+
+    proc: subprocess.Popen[bytes]
+    report: Path
 
 
-def start(cmd: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
+def spawn(cmd: Sequence[str], log: Path, stdout: int | None = None) -> Spawned:
+    """Start ``cmd`` (its output to ``log``, or its stdout to ``stdout``) in a session
+    of its own, so an overrun kills it with its children."""
+    fd, name = tempfile.mkstemp(prefix="rusage-", suffix=".json", dir=log.parent)
+    os.close(fd)
+    report = Path(name)
+    launcher = [sys.executable, "-m", "bench.harness.rusage", str(report), *cmd]
     with log.open("ab") as sink:
-        return subprocess.Popen(cmd, cwd=REPO, env=child_env(), stdout=sink, stderr=sink)
+        proc = subprocess.Popen(
+            launcher, cwd=REPO, env=child_env(), stdout=sink if stdout is None else stdout,
+            stderr=sink, start_new_session=True,
+        )  # fmt: skip
+    return Spawned(proc, report)
+
+
+def wait_measured(child: Spawned, started: float, timeout_s: float) -> Measured:
+    """Wait for ``child``; kill it (and its children) if it overruns."""
+    deadline = started + timeout_s
+    while child.proc.poll() is None:
+        if time.perf_counter() > deadline:
+            os.killpg(child.proc.pid, signal.SIGKILL)
+        time.sleep(0.02)
+    wall = time.perf_counter() - started
+    try:
+        report = json.loads(child.report.read_text())
+    except (OSError, ValueError):  # killed before it could say
+        return Measured(child.proc.returncode, wall, 0.0, 0.0)
+    finally:
+        child.report.unlink(missing_ok=True)
+    return Measured(report["exit_code"], wall, report["max_rss_kb"] / 1024, report["cpu_s"])
 
 
 def run_children(cmds: Sequence[Sequence[str]], log: Path) -> list[Measured]:
     """Start every command at once; wait for all; fail loudly with the log's tail."""
     started = time.perf_counter()
-    procs = [start(cmd, log) for cmd in cmds]
-    results = [wait_measured(proc, started, RUN_TIMEOUT_S) for proc in procs]
+    children = [spawn(cmd, log) for cmd in cmds]
+    results = [wait_measured(child, started, RUN_TIMEOUT_S) for child in children]
     if any(r.exit_code != 0 for r in results):
         tail = log.read_text(errors="replace")[-3000:]
         raise RuntimeError(f"child exited {[r.exit_code for r in results]}; log tail:\n{tail}")
@@ -281,9 +302,9 @@ def raw_pymupdf(mode: str, args: Sequence[str], log: Path) -> tuple[RawRun, Meas
     out = log.with_suffix(".json")
     cmd = [sys.executable, "-c", RAW_SCRIPT, mode, *args]
     started = time.perf_counter()
-    with out.open("wb") as sink, log.open("ab") as err:
-        proc = subprocess.Popen(cmd, env=child_env(), stdout=sink, stderr=err)
-    measured = wait_measured(proc, started, RUN_TIMEOUT_S)
+    with out.open("wb") as sink:
+        child = spawn(cmd, log, stdout=sink.fileno())
+    measured = wait_measured(child, started, RUN_TIMEOUT_S)
     if measured.exit_code != 0:
         raise RuntimeError(f"raw PyMuPDF exited {measured.exit_code}: {log.read_text()[-2000:]}")
     raw = json.loads(out.read_text())
@@ -505,8 +526,9 @@ async def image_rss(dsn: str, data_dir: Path, heavy: RawFile) -> None:
 
 async def section_memory(dsn: str, data_dir: Path, files: Sequence[Path], raw: RawRun) -> None:
     heading(
-        "2. Peak RSS of one `--stages parse` worker process (ru_maxrss via wait4; raw "
-        "PyMuPDF: a lean interpreter doing text + image extraction of the same file)"
+        "2. Peak RSS of one `--stages parse` worker process (ru_maxrss via wait4, the "
+        "child's own: bench.harness.rusage; raw PyMuPDF: a lean interpreter doing text + "
+        "image extraction of the same file)"
     )
     await big_pdf_rss(dsn, data_dir, big_pdf(data_dir, files))
     await image_rss(dsn, data_dir, image_heaviest(raw))
