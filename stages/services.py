@@ -154,6 +154,9 @@ class Services:
         """Build the services ``stages`` use now, so what cannot be built (a missing key
         or model file, a bad choice) stops the process at start with one line."""
         self.assets  # noqa: B018 - cached_property: building it is the point
+        if "chunk" in stages:
+            # The tokenizer loads here, not in the first chunk job's lease.
+            self.token_counter  # noqa: B018
         if {"embed", "index"} & set(stages):
             self.embedder  # noqa: B018
             self.index  # noqa: B018

@@ -67,3 +67,18 @@ def test_the_lifespan_starts_once_the_parser_is_ready(tmp_path: Path) -> None:
             return services.parser.pid
 
     assert anyio.run(enter) is not None
+
+
+def test_a_chunking_worker_loads_its_tokenizer_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tokenizer is built before the first claim (not in a chunk job's lease), so a
+    missing tokenizer file stops the worker at start with one line."""
+    services = Services({}, tmp_path)
+    services.prepare(["chunk"])
+    assert "token_counter" in services.__dict__
+    assert "token_counter" not in Services({}, tmp_path).__dict__  # only when asked
+
+    monkeypatch.setattr("stages.tokens.MINILM_TOKENIZER", tmp_path / "gone" / "tokenizer.json")
+    with pytest.raises(ConfigurationError, match=r"^tokenizer file missing: .*gone"):
+        Services({}, tmp_path).prepare(["chunk"])
