@@ -50,6 +50,7 @@ import pymupdf
 
 from bench.args import bench_parser
 from bench.harness.corpus import CORPUS_DIR, corpus_ready
+from bench.harness.pgcpu import postgres_cpu_s
 from bench.queue import (
     banner,
     bench_database,
@@ -360,27 +361,39 @@ async def pipeline_summary(conn: asyncpg.Connection[Any]) -> tuple[float, int]:
     return float(span), pages
 
 
-async def ragline_run(dsn: str, data_dir: Path, files: Sequence[Path]) -> tuple[float, int, float]:
-    """Two worker processes over all stages; returns (span seconds, pages, CPU seconds of
-    both processes)."""
+class RaglineRun(msgspec.Struct, frozen=True):
+    span_s: float
+    pages: int
+    #: Both worker processes' CPU (their parser processes' included), start-up included.
+    cpu_s: float
+    #: The local PostgreSQL server's CPU over the run (None: not visible from here).
+    postgres_cpu_s: float | None
+
+
+async def ragline_run(dsn: str, data_dir: Path, files: Sequence[Path]) -> RaglineRun:
+    """Two worker processes over all stages."""
     await submit_all(dsn, DirStore(data_dir / "assets"), files)
     cmd = worker_command(dsn, data_dir)
+    pg_before = postgres_cpu_s()
     measured = await anyio.to_thread.run_sync(
         run_children, [cmd] * WORKERS, data_dir / "workers.log"
     )
+    pg_after = postgres_cpu_s()
     rss = ", ".join(f"{m.max_rss_mb:.0f}" for m in measured)
     cpu = ", ".join(f"{m.cpu_s:.1f}" for m in measured)
     peak = max(m.max_rss_mb for m in measured)
+    pg_cpu = None if pg_before is None or pg_after is None else pg_after - pg_before
     print(
         f"worker processes: exit {[m.exit_code for m in measured]}, peak RSS MB [{rss}] "
         f"(floor ≤ {WORKER_RSS_FLOOR_MB:.0f}: {verdict(peak <= WORKER_RSS_FLOOR_MB)}), "
-        f"CPU s (start-up included) [{cpu}]"
+        f"CPU s (start-up included) [{cpu}]; PostgreSQL CPU s "
+        + ("(not visible: another host)" if pg_cpu is None else f"{pg_cpu:.1f}")
     )
     async with connection(dsn) as conn:
         span_s, pages = await pipeline_summary(conn)
         times = await stage_times(conn)
     print_stage_times(times, span_s)
-    return span_s, pages, sum(m.cpu_s for m in measured)
+    return RaglineRun(span_s, pages, sum(m.cpu_s for m in measured), pg_cpu)
 
 
 def end_to_end_heading(files: Sequence[Path], repeat: int) -> None:
@@ -398,7 +411,8 @@ async def section_end_to_end(
 ) -> tuple[RawRun, float]:
     """One ragline run then one raw run; returns the raw run and the pages/s ratio."""
     print(f"before ragline: {load_note()}")
-    span_s, pages, cpu_s = await ragline_run(dsn, data_dir, files)
+    ours_run = await ragline_run(dsn, data_dir, files)
+    span_s, pages, cpu_s = ours_run.span_s, ours_run.pages, ours_run.cpu_s
     print(f"after ragline / before raw: {load_note()}")
     args = [str(RAW_PROCESSES), *map(str, files)]
     raw, measured = await anyio.to_thread.run_sync(
@@ -417,13 +431,18 @@ async def section_end_to_end(
     row("ragline (2 processes)", pages, f"{span_s:.1f}", f"{ours:.1f}", widths=widths)
     row("raw PyMuPDF (2 procs)", raw.pages, f"{raw.seconds:.1f}", f"{theirs:.1f}", widths=widths)
     ratio = ours / theirs
-    print(f"ratio ragline / raw: {ratio:.2f}")
-    # CPU is steadier than wall time on a shared machine (PostgreSQL's own CPU not counted).
-    print(
-        f"CPU per page (start-up included): ragline workers {cpu_s / pages * 1e3:.2f} ms, "
-        f"raw PyMuPDF {measured.cpu_s / max(raw.pages, 1) * 1e3:.2f} ms; "
-        f"raw / ragline {measured.cpu_s / max(raw.pages, 1) / (cpu_s / pages):.2f}"
+    print(f"ratio ragline / raw: {ratio:.3f}")
+    # CPU is steadier than wall time on a shared machine.
+    raw_ms = measured.cpu_s / max(raw.pages, 1) * 1e3
+    ours_ms = cpu_s / pages * 1e3
+    line = (
+        f"CPU per page (start-up included): ragline workers {ours_ms:.2f} ms, "
+        f"raw PyMuPDF {raw_ms:.2f} ms; raw / ragline {raw_ms / ours_ms:.2f}"
     )
+    if ours_run.postgres_cpu_s is not None:
+        with_pg = (cpu_s + ours_run.postgres_cpu_s) / pages * 1e3
+        line += f"; with PostgreSQL's {with_pg:.2f} ms, raw / ragline {raw_ms / with_pg:.2f}"
+    print(line)
     return raw, ratio
 
 
@@ -565,8 +584,8 @@ async def main(opts: Options) -> None:
                     continue
                 median = statistics.median(ratios)
                 print(
-                    f"median ratio ragline / raw over {len(ratios)} pair(s): {median:.2f} "
-                    f"[{', '.join(f'{r:.2f}' for r in ratios)}] "
+                    f"median ratio ragline / raw over {len(ratios)} pair(s): {median:.3f} "
+                    f"[{', '.join(f'{r:.3f}' for r in ratios)}] "
                     f"(floor ≥ {RATIO_FLOOR}: {verdict(median >= RATIO_FLOOR)})"
                 )
                 await index_cpu_per_point(dsn, data_dir)
