@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import sys
 
-from runtime.interpreter import freeze_startup_objects, tune_worker_interpreter
+from runtime.interpreter import YOUNG_THRESHOLD, freeze_startup_objects, tune_worker_interpreter
 
 
 def test_start_up_objects_are_frozen_out_of_collections() -> None:
@@ -26,9 +26,13 @@ def test_start_up_objects_are_frozen_out_of_collections() -> None:
 
 def test_a_worker_keeps_cpythons_gil_turns_and_freezes_its_start_up() -> None:
     before = sys.getswitchinterval()
+    thresholds = gc.get_threshold()
     try:
         tune_worker_interpreter()
         assert sys.getswitchinterval() == before
         assert gc.get_freeze_count() > 0
+        # Young collections less often; the older generations as CPython set them.
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, *thresholds[1:])
     finally:
         gc.unfreeze()
+        gc.set_threshold(*thresholds)
