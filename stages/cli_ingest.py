@@ -30,7 +30,14 @@ from runtime.api import (
     run_async,
     worker_config,
 )
-from stages.cli_submit import Refused, expand, force_option, report_refused, submit_paths
+from stages.cli_submit import (
+    Refused,
+    expand,
+    force_option,
+    report_refused,
+    report_skipped,
+    submit_paths,
+)
 from stages.model_cli import checked_collection, collection_option
 from stages.pipeline import pipeline_for, services_for
 from stages.progress import watch
@@ -45,6 +52,8 @@ class IngestSummary(msgspec.Struct, kw_only=True):
     unfinished: list[dict[str, Any]]
     refused: list[Refused]
     interrupted: bool
+    #: Files a directory walk left out, per suffix (see stages.cli_submit.documents_under).
+    skipped: dict[str, int] = {}
 
 
 def summarize(docs: Sequence[Document], refused: list[Refused], interrupted: bool) -> IngestSummary:
@@ -99,7 +108,8 @@ def ingest(
     options = msgspec.structs.replace(app.worker, stages=None)
     config = guarded(lambda: worker_config(app.plugin, options))
     collection = checked_collection(collection)
-    files, refused = expand(paths)
+    expanded = expand(paths)
+    files, refused = expanded.files, expanded.refused
     show = progress if progress is not None else sys.stderr.isatty()
     services = guarded(lambda: prepared_services(app, config.stages))
 
@@ -113,7 +123,9 @@ def ingest(
             return await final_summary(pool, ids, refused + more, finished)
 
     report_refused(refused)
+    report_skipped(expanded.skipped)
     summary = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn), supervise=True))
+    summary = msgspec.structs.replace(summary, skipped=expanded.skipped)
     print_summary(summary, as_json)
     if summary.interrupted:
         sys.exit(EXIT_INTERRUPTED)

@@ -7,7 +7,8 @@ import glob
 import json
 import sys
 import uuid
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -54,10 +55,19 @@ class SubmitResult(msgspec.Struct, frozen=True):
     created: bool
 
 
-def expand(paths: Sequence[str]) -> tuple[list[Path], list[Refused]]:
+class Expanded(msgspec.Struct, frozen=True):
+    files: list[Path]
+    refused: list[Refused]
+    #: Files under the directories given whose names are of no type ragline reads, per
+    #: suffix ("" for none): left out, and said so in one line (:func:`report_skipped`).
+    skipped: dict[str, int]
+
+
+def expand(paths: Sequence[str]) -> Expanded:
     """Files as given, documents found in directories (recursively), globs expanded."""
     files: list[Path] = []
     refused: list[Refused] = []
+    skipped: Counter[str] = Counter()
     for raw in paths:
         matches = sorted(glob.glob(raw, recursive=True)) if glob.has_magic(raw) else [raw]
         if not matches:
@@ -65,34 +75,59 @@ def expand(paths: Sequence[str]) -> tuple[list[Path], list[Refused]]:
         for match in matches:
             path = Path(match)
             if path.is_dir():
-                found, dangling = pdfs_under(path)
-                files.extend(found)
-                refused.extend(dangling)
+                found = documents_under(path)
+                files.extend(found.files)
+                refused.extend(found.refused)
+                skipped.update(found.skipped)
             elif path.is_file():
                 files.append(path)
             elif path.is_symlink():
                 refused.append(Refused(escape_name(match), DANGLING))
             else:
                 refused.append(Refused(escape_name(raw), "no such file or directory"))
-    return files, refused
+    return Expanded(files, refused, dict(sorted(skipped.items())))
 
 
 DANGLING = "symbolic link to a file that does not exist"
 
 
-def pdfs_under(directory: Path) -> tuple[list[Path], list[Refused]]:
-    """The documents below ``directory`` (by the suffixes of the formats ragline reads; each
-    is then detected from its content), and a refusal per dangling symlink among them."""
+def documents_under(directory: Path) -> Expanded:
+    """The documents below ``directory``: files named with the suffix of a format ragline
+    reads, and files without a suffix whose content is a document format other than text
+    (a PDF saved as ``scan_001``); each is detected from its content again at submit. A
+    dangling symlink among them is refused with one line. Every other file is counted as
+    skipped by its suffix, hidden ones (``.git``, ``.DS_Store``) aside: a text file of
+    another name (``notes.csv``, ``README``) goes in only when it is named on its own."""
     from stages.formats import SUFFIXES
 
-    candidates = sorted(p for p in directory.rglob("*") if p.suffix.lower() in SUFFIXES)
-    found = [p for p in candidates if p.is_file()]
-    dangling = [
-        Refused(escape_name(str(p)), DANGLING)
-        for p in candidates
-        if p.is_symlink() and not p.exists()
-    ]
-    return found, dangling
+    files: list[Path] = []
+    refused: list[Refused] = []
+    skipped: Counter[str] = Counter()
+    for path in sorted(directory.rglob("*")):
+        suffix = path.suffix.lower()
+        if suffix in SUFFIXES:
+            if path.is_file():
+                files.append(path)
+            elif path.is_symlink() and not path.exists():
+                refused.append(Refused(escape_name(str(path)), DANGLING))
+            continue
+        hidden = any(part.startswith(".") for part in path.relative_to(directory).parts)
+        if hidden or not path.is_file():
+            continue
+        if not suffix and _binary_document(path):
+            files.append(path)
+        else:
+            skipped[suffix] += 1
+    return Expanded(files, refused, dict(skipped))
+
+
+def _binary_document(path: Path) -> bool:
+    from stages.formats.detect import TEXT_READERS, detect
+
+    try:
+        return detect(path, escape_name(path.name)).reader not in TEXT_READERS
+    except (RaglineError, OSError):
+        return False
 
 
 async def submit_paths(
@@ -137,6 +172,18 @@ def report_refused(refused: Sequence[Refused]) -> None:
         click.echo(f"refused {r.path}: {r.reason}", err=True)
 
 
+def report_skipped(skipped: Mapping[str, int]) -> None:
+    """One line for the files a directory walk left out (none: nothing)."""
+    if not skipped:
+        return
+    kinds = ", ".join(f"{suffix or 'no suffix'} {n}" for suffix, n in skipped.items())
+    click.echo(
+        f"skipped {sum(skipped.values())} file(s) in the directories given, named as no "
+        f"type ragline reads ({kinds}); name a file on its own to have its content checked",
+        err=True,
+    )
+
+
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
 @force_option
@@ -152,23 +199,28 @@ def submit(app: App, paths: tuple[str, ...], force: bool, collection: str, as_js
     Exit 0 when everything went in, 1 when something was refused.
     """
     collection = checked_collection(collection)
-    files, refused = expand(paths)
+    expanded = expand(paths)
 
     async def go(dsn: str) -> tuple[list[SubmitResult], list[Refused]]:
         services = services_for(app.build_context())
         async with services.lifespan(), open_pool(dsn) as pool:
-            return await submit_paths(pool, services, files, force, collection)
+            return await submit_paths(pool, services, expanded.files, force, collection)
 
     done, more = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
-    refused = refused + more
+    refused = expanded.refused + more
     if as_json:
         click.echo(
             json.dumps(
-                {"submitted": msgspec.to_builtins(done), "refused": msgspec.to_builtins(refused)}
+                {
+                    "submitted": msgspec.to_builtins(done),
+                    "refused": msgspec.to_builtins(refused),
+                    "skipped": expanded.skipped,
+                }
             )
         )
     else:
         for d in done:
             click.echo(f"{'submitted' if d.created else 'already there'} {d.path} {d.document_id}")
     report_refused(refused)
+    report_skipped(expanded.skipped)
     sys.exit(EXIT_FAILED if refused else EXIT_OK)

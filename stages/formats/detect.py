@@ -19,7 +19,15 @@ import msgspec
 
 from runtime.api import InvalidDocument, one_line
 
-__all__ = ["FORMATS", "SUFFIXES", "Format", "by_media_type", "detect", "detect_bytes"]
+__all__ = [
+    "FORMATS",
+    "SUFFIXES",
+    "TEXT_READERS",
+    "Format",
+    "by_media_type",
+    "detect",
+    "detect_bytes",
+]
 
 #: Bytes read to decide (the text checks decode this much).
 HEAD_BYTES = 64 * 1024
@@ -95,22 +103,19 @@ def detect_bytes(head: bytes, name: str, path: Path | None = None) -> Format:
     if found is None:
         if claimed is not None:
             raise InvalidDocument(
-                one_line(f"{name}: {_not_a(claimed)}, nor another type ragline reads")
+                one_line(f"{name}: {_not_a(claimed, head)}, nor another type ragline reads")
             )
         raise InvalidDocument(
             one_line(f"{name}: not a type ragline reads (it reads {_SUPPORTED}); convert it first")
         )
-    if (
-        claimed is not None
-        and claimed.reader not in _TEXT_READERS
-        and found.reader in _TEXT_READERS
-    ):
+    if claimed is not None and claimed.reader not in TEXT_READERS and found.reader in TEXT_READERS:
         # A binary format's name on text: a damaged or mislabelled file, not a text to index.
         raise InvalidDocument(one_line(f"{name}: {_not_a(claimed)}: its content is {found.name}"))
     return found
 
 
-_TEXT_READERS = frozenset({"text", "markdown", "html"})
+#: The readers of text formats (plain text, Markdown, HTML).
+TEXT_READERS = frozenset({"text", "markdown", "html"})
 _SIGNATURES = {
     "PDF": "no %PDF- header",
     "PNG": "no PNG signature",
@@ -120,8 +125,11 @@ _SIGNATURES = {
 }
 
 
-def _not_a(fmt: Format) -> str:
-    signature = "no zip container" if fmt.name in _ZIP_FORMATS else _SIGNATURES.get(fmt.name)
+def _not_a(fmt: Format, head: bytes = b"") -> str:
+    signature = _SIGNATURES.get(fmt.name)
+    if fmt.name in _ZIP_FORMATS:
+        is_zip = head.startswith(b"PK\x03\x04")
+        signature = "a zip container of another kind" if is_zip else "no zip container"
     return f"not a {fmt.name}" + (f" ({signature})" if signature else "")
 
 

@@ -125,7 +125,13 @@ def test_submit_files_dir_glob_refuses_bad_paths_one_line_each(cli: Cli, tmp_pat
         ("lighthouses.pdf", False),
     }
     assert {Path(r["path"]).name for r in body["refused"]} == {"notes.pdf", "missing.pdf"}
-    assert len(mixed.err_lines) == 2, mixed
+    # The directory's other file is left out, and said so in one line.
+    assert body["skipped"] == {".odt": 1}
+    assert len(mixed.err_lines) == 3, mixed
+    [skipped] = [line for line in mixed.err_lines if line.startswith("skipped")]
+    assert (
+        skipped.startswith("skipped 1 file(s) in the directories given") and "(.odt 1)" in skipped
+    )
     [not_pdf] = [line for line in mixed.err_lines if "notes.pdf" in line]
     assert "not a PDF" in not_pdf
     [gone] = [line for line in mixed.err_lines if "missing.pdf" in line]

@@ -64,6 +64,13 @@ def test_an_unknown_zip_is_refused(tmp_path: Path) -> None:
         z.writestr("a.py", "print(1)\n")
     with pytest.raises(InvalidDocument, match=r"^code\.zip: not a type ragline reads"):
         detect(path, path.name)
+    # Named as a zip format, it is not said to lack the zip container it has.
+    named = path.rename(tmp_path / "letter.docx")
+    with pytest.raises(InvalidDocument) as refused:
+        detect(named, named.name)
+    assert str(refused.value) == (
+        "letter.docx: not a DOCX (a zip container of another kind), nor another type ragline reads"
+    )
 
 
 @pytest.mark.parametrize(
@@ -169,3 +176,48 @@ def test_a_picture_over_max_image_pixels_is_refused_before_decoding(tmp_path: Pa
     with pytest.raises(InvalidDocument, match=r"^scan\.png: PNG of 1040x220 px is over"):
         list(read_units(path, fmt, path.name, (32, 1024, 100_000)))
     assert len(list(read_units(path, fmt, path.name, (32, 1024, 300_000)))) == 1
+
+
+def test_a_directory_walk_takes_documents_and_counts_what_it_leaves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Files named as a format ragline reads go in (their content is checked at submit);
+    a file without a suffix goes in when its content is a document format other than
+    text; every other file is counted per suffix and said in one line, hidden ones
+    aside."""
+    from stages.cli_submit import expand, report_skipped
+
+    root = tmp_path / "folder"
+    (root / "sub").mkdir(parents=True)
+    (root / ".git").mkdir()
+    picture = MAKERS["png"](root / "picture.png")
+    (root / "sub" / "report.md").write_text("# Report\n\nText.\n")
+    scan = root / "sub" / "scan_001"
+    scan.write_bytes(picture.read_bytes())  # a PNG without its suffix
+    (root / "README").write_text("A text without a suffix is left out.\n")
+    (root / "data.csv").write_text("a,b\n1,2\n")
+    (root / "more.CSV").write_text("a,b\n3,4\n")
+    (root / "notes.json").write_text('{"a": 1}')
+    (root / ".DS_Store").write_bytes(b"\x00\x01")
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / "gone.pdf").symlink_to(root / "nowhere.pdf")
+
+    found = expand([str(root)])
+    assert [p.relative_to(root).as_posix() for p in found.files] == [
+        "picture.png",
+        "sub/report.md",
+        "sub/scan_001",
+    ]
+    assert [r.reason for r in found.refused] == ["symbolic link to a file that does not exist"]
+    assert found.skipped == {"": 1, ".csv": 2, ".json": 1}
+
+    report_skipped(found.skipped)
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == (
+        "skipped 4 file(s) in the directories given, named as no type ragline reads "
+        "(no suffix 1, .csv 2, .json 1); name a file on its own to have its content checked"
+    )
+    report_skipped({})
+    assert capsys.readouterr().err == ""
+    # Named on its own, a file is taken as it is and its content decides at submit.
+    assert expand([str(root / "data.csv")]).files == [root / "data.csv"]

@@ -1,6 +1,7 @@
-"""Generate ragline's three sample PDFs (run from anywhere; writes next to this file).
+"""Generate ragline's three sample PDFs (run from anywhere; writes them into ``samples/``,
+which holds only documents, so ``ingest samples/`` takes all of it).
 
-    python samples/make_samples.py
+    python tests/support/make_samples.py
 
 Each sample has headings and paragraphs flowing over several pages, one figure (a PNG
 drawn here, with large text that OCR can read) and a small logo repeated in every page's
@@ -22,6 +23,8 @@ from pathlib import Path
 import pymupdf
 
 HERE = Path(__file__).resolve().parent
+#: Where the PDFs go: the repository's samples folder.
+OUT_DIR = HERE.parents[1] / "samples"
 A4 = pymupdf.paper_rect("a4")
 MARGIN = 60
 
@@ -121,7 +124,7 @@ def main() -> None:
         doc = add_logo(pdf, logo_png(color))
         doc.subset_fonts()
         doc.set_metadata({"title": title, "author": "ragline samples", "producer": "PyMuPDF"})
-        out = HERE / f"{stem}.pdf"
+        out = OUT_DIR / f"{stem}.pdf"
         doc.save(out, garbage=3, deflate=True, no_new_id=True)
         print(f"{out.name}: {doc.page_count} pages, {out.stat().st_size} bytes")
 
