@@ -50,7 +50,7 @@ import pymupdf
 
 from bench.args import bench_parser
 from bench.harness.corpus import CORPUS_DIR, corpus_ready
-from bench.harness.pgcpu import postgres_cpu_s
+from bench.harness.proccpu import postgres_cpu_s
 from bench.queue import (
     banner,
     bench_database,

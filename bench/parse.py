@@ -29,7 +29,6 @@ import atexit
 import functools
 import json
 import multiprocessing
-import os
 import shutil
 import subprocess
 import sys
@@ -46,6 +45,7 @@ import pymupdf
 
 from bench.args import bench_parser
 from bench.harness.corpus import CORPUS_DIR, corpus_ready
+from bench.harness.proccpu import process_cpu_s
 from runtime.models import Job
 from stages.parse import ParseStage
 from stages.pdf import iter_pages, open_pdf
@@ -106,8 +106,7 @@ def _parser_cpu() -> float:
     """CPU seconds of this process's parser process so far (started and ready first)."""
     pid = _stage().services.parser.pid
     assert pid is not None
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return process_cpu_s(pid)
 
 
 def _cpu(mode: str) -> float:

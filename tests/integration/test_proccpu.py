@@ -1,4 +1,4 @@
-"""bench.harness.pgcpu: the local server's CPU, which bench.ingest adds to ragline's."""
+"""bench.harness.proccpu: the local server's CPU, which bench.ingest adds to ragline's."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import asyncpg
 import pytest
 
-from bench.harness.pgcpu import postgres_cpu_s
+from bench.harness.proccpu import postgres_cpu_s
 
 pytestmark = [
     pytest.mark.anyio,
