@@ -51,6 +51,7 @@ import pymupdf
 from bench.args import bench_parser
 from bench.harness.corpus import CORPUS_DIR, corpus_ready
 from bench.harness.proccpu import postgres_cpu_s
+from bench.index_parts import index_parts
 from bench.queue import (
     banner,
     bench_database,
@@ -562,6 +563,7 @@ async def index_only(opts: Options, files: Sequence[Path]) -> None:
         async with bench_database(opts.server_dsn) as dsn:
             await ragline_run(dsn, Path(tmp), files)
             await index_cpu_per_point(dsn, Path(tmp))
+            await index_parts(dsn, Path(tmp))
 
 
 async def main(opts: Options) -> None:
@@ -589,6 +591,7 @@ async def main(opts: Options) -> None:
                     f"(floor ≥ {RATIO_FLOOR}: {verdict(median >= RATIO_FLOOR)})"
                 )
                 await index_cpu_per_point(dsn, data_dir)
+                await index_parts(dsn, data_dir)
                 await section_memory(dsn, data_dir, files, raw)
 
 

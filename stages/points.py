@@ -39,7 +39,7 @@ from stages.vector_index import (
     Point,
 )
 
-__all__ = ["BODY_FIELD", "edge_points", "payload_of"]
+__all__ = ["BODY_FIELD", "edge_points", "payload_of", "stored_payload"]
 
 #: Payload field holding a point's whole payload as JSON text.
 BODY_FIELD = "ragline_payload"
@@ -53,12 +53,19 @@ def edge_points(points: Sequence[Point]) -> list[qe.Point]:
     doc, gen, body = DOCUMENT_FIELD, GENERATION_FIELD, BODY_FIELD
     # Its stub says list; it reads any sequence of floats, the cache's arrays too.
     return [
-        qe.Point(p.id, p.vector, _stored(p.payload, doc, gen, body))  # type: ignore[arg-type]
+        qe.Point(p.id, p.vector, stored_payload(p.payload, doc, gen, body))  # type: ignore[arg-type]
         for p in points
     ]
 
 
-def _stored(payload: Mapping[str, Any], doc: str, gen: str, body: str) -> dict[str, Any]:
+def stored_payload(
+    payload: Mapping[str, Any],
+    doc: str = DOCUMENT_FIELD,
+    gen: str = GENERATION_FIELD,
+    body: str = BODY_FIELD,
+) -> dict[str, Any]:
+    """The fields the shard stores for ``payload`` (the field names are arguments only
+    so that :func:`edge_points` passes them as locals)."""
     stored = {doc: payload[doc], gen: payload[gen], body: _encode(payload).decode()}
     tenant = payload.get(COLLECTION_FIELD)
     # The tenant filter reads it (a keyword index in the shard); no field means default.

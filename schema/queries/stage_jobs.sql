@@ -24,7 +24,10 @@ WITH input AS (
 ), held AS (
     SELECT j.id, i.next_stage
     FROM stage_jobs AS j JOIN input AS i ON j.id = i.id AND j.lease_token = i.token
-    WHERE j.id = ANY($1::bigint[]) AND j.state = 'running'
+    -- The state compared as text: as `state = 'running'` it matches the predicate of
+    -- stage_jobs_expiry, and a generic plan made while few jobs ran walks that whole
+    -- index (every running job, and every dead entry of one until a vacuum) per call.
+    WHERE j.id = ANY($1::bigint[]) AND j.state::text = 'running'
     -- Lock in id order, as heartbeat_jobs does, so the two never deadlock.
     ORDER BY j.id
     FOR UPDATE OF j

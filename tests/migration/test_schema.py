@@ -13,6 +13,7 @@ import schema
 from bench.harness.db import Databases, execute
 from runtime.migrate import migrate, pending
 from runtime.models import DocumentStatus, JobState
+from runtime.worker import WORKER_SESSION
 
 CATALOG = {
     "columns": """SELECT table_name, column_name, data_type, udt_name, is_nullable,
@@ -122,6 +123,53 @@ def test_hot_statement_is_index_lookups_as_a_generic_plan(dsn: str) -> None:
     plan = asyncio.run(go())
     assert "stage_jobs_claim" in plan, plan
     assert "Seq Scan" not in plan, plan
+
+
+def test_hot_statement_planned_on_a_fresh_queue_takes_rows_by_key(dsn: str) -> None:
+    """A worker's generic plan is made once per connection, often while stage_jobs is
+    small and never analyzed, and kept as the table grows: with the worker's session
+    settings it must take the rows a completion holds and a claim leases by primary key,
+    not read stage_jobs whole or walk every running job's stage_jobs_expiry entry."""
+
+    async def go() -> tuple[str, str]:
+        conn = await asyncpg.connect(dsn, server_settings=WORKER_SESSION)
+        try:
+            await conn.execute(
+                """INSERT INTO documents (id, filename, media_type, byte_size, sha256)
+                   SELECT gen_random_uuid(), 'x.pdf', 'application/pdf', 1, md5(g::text)
+                   FROM generate_series(1, 3000) AS g"""
+            )
+            # The queue the plan is made on: 20 parse jobs, nothing analyzed.
+            await conn.execute(
+                """INSERT INTO stage_jobs (document_id, stage, generation)
+                   SELECT id, 'parse', 1 FROM documents LIMIT 20"""
+            )
+            sql = schema.load("stage_jobs")["complete_and_claim"]
+            await conn.execute(
+                "PREPARE hot (bigint[], uuid[], text[], timestamptz, text, float8, text[], int[],"
+                " text[], int[]) AS " + sql
+            )
+            explain = """EXPLAIN EXECUTE hot (ARRAY[1]::bigint[], ARRAY[gen_random_uuid()],
+                         ARRAY['chunk'], NULL, 'w', 30.0, ARRAY['parse'], ARRAY[4],
+                         ARRAY['parse'], ARRAY[1])"""
+            first = "\n".join(r[0] for r in await conn.fetch(explain))
+            # The run goes on: thousands of jobs, running and finished; no ANALYZE.
+            await conn.execute(
+                """INSERT INTO stage_jobs (document_id, stage, generation, state, lease_token,
+                                          lease_expires_at)
+                   SELECT d.id, s.stage, 1, 'running', gen_random_uuid(), now()
+                   FROM documents AS d, unnest(ARRAY['chunk', 'embed']) AS s (stage)"""
+            )
+            later = "\n".join(r[0] for r in await conn.fetch(explain))
+            return first, later
+        finally:
+            await conn.close()
+
+    first, later = asyncio.run(go())
+    assert first == later  # the plan made on the small queue is the one kept
+    assert "Seq Scan on stage_jobs" not in later, later
+    assert "stage_jobs_expiry" not in later, later
+    assert "stage_jobs_pkey" in later, later
 
 
 def test_image_chunks_are_deleted_through_their_own_index(dsn: str) -> None:

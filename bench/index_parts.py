@@ -1,0 +1,148 @@
+"""Where an index job's CPU goes, without the engine: a line of bench.ingest.
+
+After a ragline run, this process does what the index stage does for every ready
+document (:mod:`stages.index`), one step at a time over all of them, and times each
+step's CPU: reading the chunks and vectors a slice at a time, building the points (ids,
+payloads), the fields the shard stores (:func:`stages.points.stored_payload`), turning
+them into qdrant-edge's points, and upserting them into a fresh embedded shard (then one
+flush). qdrant-edge's own share (its ``Point`` construction and its upsert) bounds from
+below what an index stage storing these fields costs a point; the index-only worker's
+figure adds the engine (claims, commits, heartbeats), the session's threads and the
+garbage collector.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+import qdrant_edge as qe
+
+from bench.database import pool_of
+from bench.standins import ZeroEmbedder
+from runtime.models import Job
+from stages import store
+from stages.edge_shard import ensure_shard
+from stages.index import SLICE_POINTS, document_points
+from stages.points import stored_payload
+
+__all__ = ["IndexParts", "index_parts", "measure_index_parts"]
+
+READY_DOCUMENTS_SQL = (
+    "SELECT id, generation, filename FROM documents WHERE status = 'ready' ORDER BY id"
+)
+
+
+class IndexParts(msgspec.Struct, frozen=True, kw_only=True):
+    """CPU seconds of each step over ``points`` points."""
+
+    points: int
+    read_s: float
+    build_s: float
+    payloads_s: float
+    edge_points_s: float
+    upsert_s: float
+
+    def us(self, seconds: float) -> float:
+        return seconds / max(self.points, 1) * 1e6
+
+    @property
+    def edge_s(self) -> float:
+        """qdrant-edge's own share: its points and its upsert."""
+        return self.edge_points_s + self.upsert_s
+
+    @property
+    def total_s(self) -> float:
+        return self.read_s + self.build_s + self.payloads_s + self.edge_s
+
+
+async def measure_index_parts(dsn: str, shard: Path) -> IndexParts:
+    """Every ready document's points read, built and upserted into a new shard at
+    ``shard``, as the index stage does, each step timed on its own."""
+    model = ZeroEmbedder().model
+    spent = dict.fromkeys(("read", "build", "payloads", "convert", "upsert"), 0.0)
+    points = 0
+    ensure_shard(shard, ZeroEmbedder().dimensions)
+    edge = qe.EdgeShard.load(str(shard))
+    try:
+        async with pool_of(dsn, 1) as pool:
+            for doc in await pool.fetch(READY_DOCUMENTS_SQL):
+                job = _job(doc["id"], doc["generation"], doc["filename"])
+                after = -1
+                while True:
+                    at = time.process_time()
+                    rows = await store.chunk_vectors(
+                        pool, job.document_id, model, after=after, limit=SLICE_POINTS
+                    )
+                    at = _add(spent, "read", at)
+                    built = document_points(rows, job)
+                    at = _add(spent, "build", at)
+                    stored = [stored_payload(p.payload) for p in built]
+                    at = _add(spent, "payloads", at)
+                    # As stages.points.edge_points builds them, the payloads made above.
+                    converted = [
+                        qe.Point(p.id, p.vector, s)  # type: ignore[arg-type]
+                        for p, s in zip(built, stored, strict=True)
+                    ]
+                    at = _add(spent, "convert", at)
+                    edge.update(qe.UpdateOperation.upsert_points(converted))
+                    _add(spent, "upsert", at)
+                    points += len(rows)
+                    if len(rows) < SLICE_POINTS:
+                        break
+                    after = rows[-1].ordinal
+        at = time.process_time()
+        edge.flush()
+        _add(spent, "upsert", at)
+    finally:
+        edge.close()
+    return IndexParts(
+        points=points,
+        read_s=spent["read"],
+        build_s=spent["build"],
+        payloads_s=spent["payloads"],
+        edge_points_s=spent["convert"],
+        upsert_s=spent["upsert"],
+    )
+
+
+def _add(spent: dict[str, float], step: str, since: float) -> float:
+    """Add the CPU since ``since`` to ``step``; the time now."""
+    now = time.process_time()
+    spent[step] += now - since
+    return now
+
+
+def _job(document_id: uuid.UUID, generation: int, filename: str) -> Job:
+    """The fields of an index job that its points carry."""
+    now = datetime.now(UTC)
+    return Job(
+        id=0,
+        document_id=document_id,
+        stage="index",
+        generation=generation,
+        attempts=1,
+        max_attempts=1,
+        lease_token=uuid.uuid4(),
+        lease_expires_at=now,
+        created_at=now,
+        filename=filename,
+    )
+
+
+async def index_parts(dsn: str, data_dir: Path) -> IndexParts:
+    """Measure and print the line."""
+    parts = await measure_index_parts(dsn, data_dir / "index-parts-shard")
+    us = parts.us
+    print(
+        f"index stage in this process, without the engine ({parts.points} points): "
+        f"{us(parts.total_s):.1f} µs of CPU a point = read {us(parts.read_s):.1f} "
+        f"+ build {us(parts.build_s):.1f} + stored payloads {us(parts.payloads_s):.1f} "
+        f"+ qdrant-edge points {us(parts.edge_points_s):.1f} "
+        f"+ qdrant-edge upsert {us(parts.upsert_s):.1f}; qdrant-edge's own share "
+        f"{us(parts.edge_s):.1f} µs"
+    )
+    return parts
