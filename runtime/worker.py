@@ -47,11 +47,10 @@ from runtime.worker_state import WorkerState
 #: Planner settings of a worker's connections. The engine's queries are written to plan
 #: well generically (schema/queries/stage_jobs.sql): re-planning the hot statement per
 #: call cost more than running it (0.4 ms of a 0.5 ms hop). A generic plan is made once
-#: per connection, often while ``stage_jobs`` is nearly empty (a fresh queue) and then
-#: kept, and at the default random_page_cost (4) such a plan reads ``stage_jobs`` whole
-#: for the rows a completion holds or a claim leases; with the cost of solid-state storage
-#: (1.1) it takes them by the primary key: on bench.ingest's run, a completion's 0.65 ms
-#: of the server's time at the end of the run became 0.3 ms.
+#: per connection, often while ``stage_jobs`` is nearly empty (a fresh queue), and then
+#: kept; at the default random_page_cost (4) such a plan reads ``stage_jobs`` whole for
+#: the rows a claim leases, and with the cost of solid-state storage (1.1) takes them by
+#: primary key (docs/architecture.md, "Worker connections").
 WORKER_SESSION = {"plan_cache_mode": "force_generic_plan", "random_page_cost": "1.1"}
 
 

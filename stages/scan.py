@@ -20,9 +20,8 @@ import anyio.to_thread
 import msgspec
 
 from runtime.api import ConfigurationError, InvalidDocument, escape_name, one_line
+from stages.formats.detect import SUFFIXES
 
-#: Files a source offers: the formats the pipeline parses.
-SUFFIXES = (".pdf",)
 _BLOCK = 1 << 20
 
 
@@ -56,7 +55,9 @@ class Scanner(Protocol):
 
 
 def wanted(name: str) -> bool:
-    return name.lower().endswith(SUFFIXES)
+    """Files a source offers: those named with the suffix of a format ragline reads (as a
+    folder given to submit; each is detected from its content when stored)."""
+    return os.path.splitext(name)[1].lower() in SUFFIXES
 
 
 async def sha256_of(scanner: Scanner, uri: str) -> str:
@@ -118,6 +119,9 @@ class FolderScanner:
             skipped.append(f"{escape_name(uri)}: symbolic link to a file that does not exist")
             return
         entries[uri] = Entry(uri=uri, size=st.st_size, mtime_ns=st.st_mtime_ns)
+
+    def path_of(self, uri: str) -> Path:
+        return self.root / uri
 
     def sha256(self, uri: str) -> str:
         try:

@@ -161,6 +161,7 @@ async def new_version(
             doc.mtime_ns,
             first_stage,
             doc.etag,
+            doc.media_type,
         )
         if row is None:
             raise MissingInput(f"{doc.filename}: the document was deleted meanwhile")

@@ -1,6 +1,7 @@
 """``ragline sync``: compare a source with what is indexed, then act.
 
-* new: stored and submitted;
+* new: stored and submitted (every format submit reads, by its suffix: the type is
+  detected from the file's first bytes as submit detects it);
 * changed bytes: a new version (generation) of the same document; its old points serve
   until the new ones replace them at index, then its old objects go;
 * same bytes at another URI: moved, the document's URI changes, no stage runs;
@@ -23,7 +24,8 @@ import msgspec
 
 from runtime.api import InvalidDocument, Pool, RaglineError, escape_name
 from stages import sources
-from stages.scan import Entry, Scanner, sha256_of
+from stages.formats.detect import HEAD_BYTES, Format, detect_bytes
+from stages.scan import Entry, FolderScanner, Scanner, sha256_of
 
 # The services (and the asset store's minio) are imported only when there is work: an
 # unchanged source costs a listing and one query, not seconds of imports.
@@ -34,8 +36,6 @@ FIRST_STAGE = "parse"
 T = TypeVar("T")
 #: Files hashed, or stored and recorded, at once (the pool has 10 connections).
 APPLY_CONCURRENCY = 8
-PDF = "application/pdf"
-_MAGIC = b"%PDF-"
 
 
 class Change(msgspec.Struct, frozen=True):
@@ -236,13 +236,14 @@ async def _store(
     from stages.assets import original_key
 
     doc_id = change.document_id or uuid.uuid4()
+    fmt, blocks = await _typed(scanner, change.uri)
     stored = await services.assets.put_stream(
-        _pdf_chunks(scanner, change.uri), PDF, lambda sha: original_key(doc_id, sha)
+        blocks, fmt.media_type, lambda sha: original_key(doc_id, sha)
     )
     doc = sources.NewSourceDocument(
         id=doc_id,
         filename=escape_name(change.uri),
-        media_type=PDF,
+        media_type=fmt.media_type,
         byte_size=stored.size,
         sha256=stored.sha256,
         asset_key=stored.key,
@@ -258,15 +259,42 @@ async def _store(
     return doc_id
 
 
-async def _pdf_chunks(scanner: Scanner, uri: str) -> AsyncIterator[bytes]:
-    first = True
-    async for block in scanner.chunks(uri):
-        if first:
-            if not block:
-                raise InvalidDocument(f"{escape_name(uri)}: empty file (0 bytes)")
-            if _MAGIC not in block[:1024]:
-                raise InvalidDocument(f"{escape_name(uri)}: not a PDF (no %PDF- header)")
-            first = False
-        yield block
-    if first:
-        raise InvalidDocument(f"{escape_name(uri)}: empty file (0 bytes)")
+async def _typed(scanner: Scanner, uri: str) -> tuple[Format, AsyncIterator[bytes]]:
+    """The file's format, detected from its first bytes as submit detects it (a folder's
+    zip container listed from the file itself), and all its bytes.
+
+    :raises InvalidDocument: empty, or not a type ragline reads (one line naming it).
+    """
+    blocks = scanner.chunks(uri)
+    head: list[bytes] = []
+    size = 0
+    try:
+        async for block in blocks:
+            head.append(block)
+            size += len(block)
+            if size >= HEAD_BYTES:
+                break
+        first = b"".join(head)
+        path = scanner.path_of(uri) if isinstance(scanner, FolderScanner) else None
+        name = escape_name(uri)
+        fmt = await anyio.to_thread.run_sync(detect_bytes, first[:HEAD_BYTES], name, path)
+    except BaseException:
+        await _close(blocks)  # a bucket's response goes back to the pool now
+        raise
+
+    async def everything() -> AsyncIterator[bytes]:
+        try:
+            if first:
+                yield first
+            async for block in blocks:
+                yield block
+        finally:
+            await _close(blocks)
+
+    return fmt, everything()
+
+
+async def _close(blocks: AsyncIterator[bytes]) -> None:
+    close = getattr(blocks, "aclose", None)
+    if close is not None:
+        await close()

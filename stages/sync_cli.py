@@ -271,11 +271,12 @@ def sync(
     as_json: bool,
     progress: bool | None,
 ) -> None:
-    """Make the index equal SOURCE, a folder or s3://bucket/prefix: new files are
-    submitted, changed ones become a new version of their document (the old one serves
-    until the new one is indexed), renamed ones keep their document (no stage runs),
-    deleted ones leave the index and the asset store. Exit 0: all ready; 1: something
-    failed or was refused; 130: interrupted."""
+    """Make the index equal SOURCE, a folder or s3://bucket/prefix, for its files named
+    as a format ragline reads (.pdf, .docx, .epub, .md, .html, .txt...; each detected from
+    its content): new files are submitted, changed ones become a new version of their
+    document (the old one serves until the new one is indexed), renamed ones keep their
+    document (no stage runs), deleted ones leave the index and the asset store. Exit 0:
+    all ready; 1: something failed or was refused; 130: interrupted."""
     app: App = ctx.obj
     if collection is not None and not _COLLECTION.fullmatch(collection):
         raise click.BadParameter("lowercase letters, digits, _ and -", param_hint="--collection")

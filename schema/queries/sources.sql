@@ -63,11 +63,12 @@ RETURNING id;
 -- name: new_version
 -- Changed bytes: the document's next generation, pending at the first stage. Returns
 -- the new generation and the old original's key (superseded, see supersede_objects).
--- $1 id, $2 sha256, $3 byte size, $4 asset key, $5 mtime ns, $6 first stage, $7 etag
+-- $1 id, $2 sha256, $3 byte size, $4 asset key, $5 mtime ns, $6 first stage, $7 etag,
+-- $8 media type (detected from the new bytes)
 WITH old AS (SELECT id, asset_key FROM documents WHERE id = $1 FOR UPDATE)
 UPDATE documents AS d
 SET sha256 = $2, byte_size = $3, asset_key = $4, source_mtime_ns = $5, source_etag = $7,
-    generation = d.generation + 1, status = 'pending', stage = $6, error = NULL,
+    media_type = $8, generation = d.generation + 1, status = 'pending', stage = $6, error = NULL,
     updated_at = now()
 FROM old
 WHERE d.id = old.id

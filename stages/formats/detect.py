@@ -21,6 +21,7 @@ from runtime.api import InvalidDocument, one_line
 
 __all__ = [
     "FORMATS",
+    "HEAD_BYTES",
     "SUFFIXES",
     "TEXT_READERS",
     "Format",

@@ -26,6 +26,7 @@ from bench.harness.fake_cohere import FakeCohere
 from bench.harness.procs import wait_for
 from runtime.cli_app import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from stages.services import Services
+from tests.made_formats import MAKERS, TOPICS
 from tests.support.pdfs import pymupdf
 from tests.support.pipeline_env import FAKE_DIMS, cohere_env
 from tests.support.s3 import S3Server
@@ -121,6 +122,11 @@ def search_all(cli: Cli) -> list[dict[str, Any]]:
     assert result.code == EXIT_OK, result
     hits: list[dict[str, Any]] = result.json()
     return hits
+
+
+def media_types(dsn: str) -> dict[str, str]:
+    """Each synced document's media type, by its URI."""
+    return {r[0]: r[1] for r in sql(dsn, "SELECT source_uri, media_type FROM documents")}
 
 
 def jobs_of(dsn: str, doc_id: str) -> int:
@@ -247,6 +253,43 @@ def test_unchanged_costs_a_stat(cli: Cli, tmp_path: Path) -> None:
     assert synced(cli, str(src)).json()["hashed"] == 0
 
 
+def test_folder_of_every_text_format(cli: Cli, dsn: str, tmp_path: Path) -> None:
+    """A folder syncs every format submit reads, each detected from its bytes: DOCX,
+    EPUB, XPS, Markdown, HTML and text end ready and searchable; a ``.docx`` that is text
+    is refused with one line naming it; a ``.csv`` is not part of the source. A Markdown
+    file whose content becomes HTML is a new version read as HTML."""
+    src = tmp_path / "src"
+    src.mkdir()
+    made = {s: MAKERS[s](src / f"doc.{s}") for s in ("docx", "epub", "xps", "md", "html", "txt")}
+    (src / "fake.docx").write_text("just some words, not a word-processing document\n")
+    (src / "table.csv").write_text("a,b\n1,2\n")
+
+    result = cli.run("sync", str(src), QUIET, "--json")
+    assert result.code != EXIT_OK, result  # the refused file makes it non-zero
+    assert "Traceback" not in result.err, result
+    report = result.json()
+    assert report["counts"]["new"] == len(made) + 1
+    assert report["ready"] == len(made)
+    [refused] = report["refused"]
+    assert refused.startswith("fake.docx: not a DOCX") and "\n" not in refused, refused
+    state = index_state(cli)
+    assert_index_equals(state, {p.name for p in made.values()})
+    types = media_types(dsn)
+    assert types["doc.md"] == "text/markdown"
+    assert types["doc.docx"].endswith("wordprocessingml.document")
+    texts = " ".join(h["text"] for h in search_all(cli))
+    for suffix in made:
+        heading, body = TOPICS[suffix]
+        assert body.split()[0] in texts, (suffix, heading)
+
+    page = "<!DOCTYPE html><html><body><h1>Lighthouses</h1><p>Fresnel lenses</p></body></html>"
+    (src / "doc.md").write_text(page)
+    second = cli.run("sync", str(src), QUIET, "--json").json()
+    assert second["counts"]["changed"] == 1
+    assert media_types(dsn)["doc.md"] == "text/html"
+    assert "Fresnel lenses" in " ".join(h["text"] for h in search_all(cli))
+
+
 def test_bucket_edit_rename_delete_add(
     dsn: str, tmp_path: Path, cohere: FakeCohere, s3_server: S3Server
 ) -> None:
@@ -268,6 +311,11 @@ def test_bucket_edit_rename_delete_add(
     put("docs/b.pdf", "buoys bobbing in the bay")
     put("docs/c.pdf", "crabs under the causeway")
     put("other/x.pdf", "outside the prefix")
+    # Formats beyond PDF are detected from the object's first bytes (no file to list).
+    docx_file = MAKERS["docx"](tmp_path / "g.docx")
+    client.fput_object(bucket, "docs/g.docx", str(docx_file))
+    notes = b"# Gannets\n\nGannets dive into the sea for herring.\n"
+    client.put_object(bucket, "docs/n.md", io.BytesIO(notes), len(notes))
     env = cohere_env(
         cohere,
         MINIO_ENDPOINT=s3_server.endpoint,
@@ -278,9 +326,12 @@ def test_bucket_edit_rename_delete_add(
     cli = Cli(dsn, tmp_path / "data", tmp_path / "logs", **env)
     source = f"s3://{bucket}/docs/"
     first = synced(cli, source).json()
-    assert first["counts"]["new"] == 3
+    assert first["counts"]["new"] == 5
     before = index_state(cli)
-    assert_index_equals(before, {"a.pdf", "b.pdf", "c.pdf"})
+    assert_index_equals(before, {"a.pdf", "b.pdf", "c.pdf", "g.docx", "n.md"})
+    types = media_types(dsn)
+    assert types["g.docx"].endswith("wordprocessingml.document")
+    assert types["n.md"] == "text/markdown"
 
     # The same length of text, so likely the same size and, within the second, the same
     # Last-Modified: only the ETag tells the change.
@@ -291,9 +342,9 @@ def test_bucket_edit_rename_delete_add(
     put("docs/d.pdf", "divers near the dock")
     calls = cohere.requests_to("embed")
     second = synced(cli, source).json()
-    assert second["counts"] == {"new": 1, "changed": 1, "moved": 1, "deleted": 1, "unchanged": 0}
+    assert second["counts"] == {"new": 1, "changed": 1, "moved": 1, "deleted": 1, "unchanged": 2}
     after = index_state(cli)
-    assert_index_equals(after, {"a.pdf", "sub/b2.pdf", "d.pdf"})
+    assert_index_equals(after, {"a.pdf", "sub/b2.pdf", "d.pdf", "g.docx", "n.md"})
     assert after.docs["sub/b2.pdf"].id == before.docs["b.pdf"].id
     assert after.docs["a.pdf"].generation == 2
     # Two new texts embedded (the edit and the addition), none for the rename.
