@@ -27,9 +27,31 @@ def process_cpu_s(pid: int) -> float:
 
 def postgres_cpu_s() -> float | None:
     """Total CPU seconds of the processes named ``postgres`` now, their reaped children's
-    included (None: none visible)."""
+    included (None: none visible).
+
+    The processes are read one after another, so a backend reaped between the reading
+    of the postmaster and its own would be counted nowhere: the read is taken again
+    until the same processes are there before and after it."""
     if not _PROC.is_dir():
         return None
+    total: float | None = None
+    for _ in range(_STABLE_TRIES):
+        before = _pids()
+        total = _postgres_cpu_once()
+        if _pids() == before:
+            break
+    return total
+
+
+#: Reads of the server's processes tried before one that no process left meanwhile.
+_STABLE_TRIES = 5
+
+
+def _pids() -> set[str]:
+    return {p.name for p in _PROC.iterdir() if p.name.isdigit()}
+
+
+def _postgres_cpu_once() -> float | None:
     ticks, found = 0, False
     for stat in _PROC.glob("[0-9]*/stat"):
         try:
