@@ -14,8 +14,6 @@ garbage collector.
 from __future__ import annotations
 
 import time
-import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
@@ -23,10 +21,9 @@ import qdrant_edge as qe
 
 from bench.database import pool_of
 from bench.standins import ZeroEmbedder
-from runtime.models import Job
 from stages import store
 from stages.edge_shard import ensure_shard
-from stages.index import SLICE_POINTS, document_points
+from stages.index import SLICE_POINTS, document_points, points_job
 from stages.points import stored_payload
 
 __all__ = ["IndexParts", "index_parts", "measure_index_parts"]
@@ -70,7 +67,7 @@ async def measure_index_parts(dsn: str, shard: Path) -> IndexParts:
     try:
         async with pool_of(dsn, 1) as pool:
             for doc in await pool.fetch(READY_DOCUMENTS_SQL):
-                job = _job(doc["id"], doc["generation"], doc["filename"])
+                job = points_job(doc["id"], doc["generation"], doc["filename"])
                 after = -1
                 while True:
                     at = time.process_time()
@@ -114,23 +111,6 @@ def _add(spent: dict[str, float], step: str, since: float) -> float:
     now = time.process_time()
     spent[step] += now - since
     return now
-
-
-def _job(document_id: uuid.UUID, generation: int, filename: str) -> Job:
-    """The fields of an index job that its points carry."""
-    now = datetime.now(UTC)
-    return Job(
-        id=0,
-        document_id=document_id,
-        stage="index",
-        generation=generation,
-        attempts=1,
-        max_attempts=1,
-        lease_token=uuid.uuid4(),
-        lease_expires_at=now,
-        created_at=now,
-        filename=filename,
-    )
 
 
 async def index_parts(dsn: str, data_dir: Path) -> IndexParts:

@@ -8,7 +8,9 @@ one point per chunk. A permanently failed run removes what its generation wrote.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -196,6 +198,24 @@ def payload(row: store.ChunkVector, job: Job, tenant: str = DEFAULT_COLLECTION) 
         COLLECTION_FIELD: tenant,
         **({"section": row.section} if row.section else {}),
     }
+
+
+def points_job(document_id: uuid.UUID, generation: int, filename: str) -> Job:
+    """A job carrying what :func:`document_points` reads, for building a document's
+    points outside an index job (the model migrator, bench.index_parts)."""
+    now = datetime.now(UTC)
+    return Job(
+        id=0,
+        document_id=document_id,
+        stage="index",
+        generation=generation,
+        attempts=0,
+        max_attempts=1,
+        lease_token=uuid.UUID(int=0),
+        lease_expires_at=now,
+        created_at=now,
+        filename=filename,
+    )
 
 
 def document_points(

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
-from runtime.api import ConfigurationError, Job, Pool, RaglineError, TransientError
+from runtime.api import ConfigurationError, Pool, RaglineError, TransientError
 from stages import store
 from stages.model_switch import (
     ALIAS,
@@ -174,9 +174,9 @@ async def migrate_document(pool: Pool, services: Services, migration: Migration,
     rows = await _vectors(pool, services, target, document_id)
     if rows is None:  # deleted meanwhile
         return
-    from stages.index import document_points
+    from stages.index import document_points, points_job
 
-    job = _job(document_id, generation, row["filename"])
+    job = points_job(document_id, generation, row["filename"])
     points = document_points(rows, job, row["collection"])
     await services.index.replace_document(target.collection, document_id, generation, points)
     if not await mark_migrated(pool, migration.id, document_id, generation, len(points)):
@@ -227,25 +227,6 @@ async def _embed(embedder: Embedder, texts: list[str]) -> list[list[float]]:
             log.warning("model migration: %s; retrying in %.1f s", exc.message, delay)
             await anyio.sleep(delay)
     raise AssertionError("unreachable")
-
-
-def _job(document_id: uuid.UUID, generation: int, filename: str) -> Job:
-    """The fields of a job :func:`stages.index.document_points` reads."""
-    from datetime import UTC, datetime
-
-    now = datetime.now(UTC)
-    return Job(
-        id=0,
-        document_id=document_id,
-        stage="index",
-        generation=generation,
-        attempts=0,
-        max_attempts=1,
-        lease_token=uuid.UUID(int=0),
-        lease_expires_at=now,
-        created_at=now,
-        filename=filename,
-    )
 
 
 async def _swap(pool: Pool, migration: Migration) -> bool:
