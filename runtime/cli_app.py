@@ -3,7 +3,9 @@ way to turn an error into one line on stderr (:func:`guarded`)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 import sys
 import uuid
@@ -18,10 +20,13 @@ import msgspec
 
 from runtime.cli_options import WorkerOptions
 from runtime.database import check_schema, database, ensure_schema
+from runtime.dberrors import CONNECTION_ERRORS
 from runtime.errors import ConfigurationError, RaglineError, one_line
 from runtime.plugin import BuildContext, Plugin, load_plugin
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 #: Exit codes (documented in the README).
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -67,12 +72,31 @@ class App(msgspec.Struct, kw_only=True):
 
 
 def run_async(fn: Callable[..., Any], *args: Any) -> Any:
+    async def main() -> Any:
+        asyncio.get_running_loop().set_exception_handler(quiet_connection_errors)
+        return await fn(*args)
+
     try:
         import uvloop
 
-        return anyio.run(fn, *args, backend_options={"loop_factory": uvloop.new_event_loop})
+        return anyio.run(main, backend_options={"loop_factory": uvloop.new_event_loop})
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux/macOS
-        return anyio.run(fn, *args)
+        return anyio.run(main)
+
+
+def quiet_connection_errors(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The event loop's handler of errors nobody awaited: a database connection's error
+    there is one line at DEBUG, anything else goes to asyncio's own handler (a traceback).
+
+    asyncpg closes the connections the worker expired after a database error
+    (``WorkerState.db_error``) in tasks of its own; when the server died meanwhile, that
+    close fails with a broken pipe that nothing awaits, and asyncio printed its traceback
+    into a run that recovered (seen once in ``test_embedded_outage``)."""
+    exc = context.get("exception")
+    if isinstance(exc, CONNECTION_ERRORS):
+        log.debug("%s: %s", context.get("message", "background task"), one_line(repr(exc)))
+        return
+    loop.default_exception_handler(context)
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
