@@ -98,14 +98,13 @@ def documents_under(directory: Path) -> Expanded:
     dangling symlink among them is refused with one line. Every other file is counted as
     skipped by its suffix, hidden ones (``.git``, ``.DS_Store``) aside: a text file of
     another name (``notes.csv``, ``README``) goes in only when it is named on its own."""
-    from stages.formats import SUFFIXES
+    from stages.formats import named_as_document
 
     files: list[Path] = []
     refused: list[Refused] = []
     skipped: Counter[str] = Counter()
     for path in sorted(directory.rglob("*")):
-        suffix = path.suffix.lower()
-        if suffix in SUFFIXES:
+        if named_as_document(path.name):
             if path.is_file():
                 files.append(path)
             elif path.is_symlink() and not path.exists():
@@ -114,6 +113,7 @@ def documents_under(directory: Path) -> Expanded:
         hidden = any(part.startswith(".") for part in path.relative_to(directory).parts)
         if hidden or not path.is_file():
             continue
+        suffix = path.suffix.lower()
         if not suffix and _binary_document(path):
             files.append(path)
         else:

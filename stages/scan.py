@@ -20,7 +20,7 @@ import anyio.to_thread
 import msgspec
 
 from runtime.api import ConfigurationError, InvalidDocument, escape_name, one_line
-from stages.formats.detect import SUFFIXES
+from stages.formats.detect import named_as_document
 
 _BLOCK = 1 << 20
 
@@ -52,12 +52,6 @@ class Scanner(Protocol):
     def chunks(self, uri: str) -> AsyncIterator[bytes]:
         """The file's bytes in blocks."""
         ...
-
-
-def wanted(name: str) -> bool:
-    """Files a source offers: those named with the suffix of a format ragline reads (as a
-    folder given to submit; each is detected from its content when stored)."""
-    return os.path.splitext(name)[1].lower() in SUFFIXES
 
 
 async def sha256_of(scanner: Scanner, uri: str) -> str:
@@ -100,7 +94,7 @@ class FolderScanner:
                     uri = f"{rel}/{e.name}" if rel else e.name
                     if e.is_dir(follow_symlinks=False):
                         stack.append(uri)
-                    elif wanted(e.name):
+                    elif named_as_document(e.name):
                         self._add(e, uri, entries, skipped)
         return Listing(entries=entries, skipped=skipped)
 
@@ -176,7 +170,7 @@ class BucketScanner:
         entries: dict[str, Entry] = {}
         for obj in self.client.list_objects(self.bucket, prefix=self.prefix, recursive=True):
             name = obj.object_name or ""
-            if obj.is_dir or not wanted(name):
+            if obj.is_dir or not named_as_document(name):
                 continue
             uri = name[len(self.prefix) :]
             modified = obj.last_modified

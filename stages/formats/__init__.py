@@ -17,6 +17,13 @@ PyMuPDF): ``serve`` and the CLI check uploads with it. The readers are in :mod:`
 
 from __future__ import annotations
 
-from stages.formats.detect import FORMATS, SUFFIXES, Format, by_media_type, detect
+from stages.formats.detect import (
+    FORMATS,
+    SUFFIXES,
+    Format,
+    by_media_type,
+    detect,
+    named_as_document,
+)
 
-__all__ = ["FORMATS", "SUFFIXES", "Format", "by_media_type", "detect"]
+__all__ = ["FORMATS", "SUFFIXES", "Format", "by_media_type", "detect", "named_as_document"]

@@ -28,6 +28,7 @@ __all__ = [
     "by_media_type",
     "detect",
     "detect_bytes",
+    "named_as_document",
 ]
 
 #: Bytes read to decide (the text checks decode this much).
@@ -76,6 +77,12 @@ SUFFIXES = frozenset(s for f in FORMATS for s in f.suffixes)
 _ZIP_FORMATS = ("EPUB", "DOCX", "XPS", "CBZ")
 _IMAGE_MEMBER = re.compile(r"\.(png|jpe?g|gif|bmp|tiff?|webp|jxr)$", re.IGNORECASE)
 _SUPPORTED = "PDF, " + ", ".join(f.name for f in FORMATS[1:])
+
+
+def named_as_document(name: str) -> bool:
+    """Whether ``name`` has the suffix of a format ragline reads: how a directory walk and
+    a source's listing pick files (each is then detected from its content)."""
+    return Path(name).suffix.lower() in SUFFIXES
 
 
 def by_media_type(media_type: str) -> Format | None:
