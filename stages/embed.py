@@ -61,6 +61,17 @@ def batches(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+def no_text(filename: str, vision: str) -> str:
+    """Why a document has nothing to embed, and what to do, by the vision in use."""
+    if vision == "none":
+        return (
+            f"{filename}: no text found to index (scanned pages and images need "
+            "RAGLINE_VISION=ocr or cohere)"
+        )
+    reader = "read by OCR" if vision == "ocr" else "described by the vision model"
+    return f"{filename}: no text found to index (nor in its images, {reader})"
+
+
 class EmbedStage(ProviderStage):
     name = "embed"
 
@@ -77,8 +88,7 @@ class EmbedStage(ProviderStage):
                 texts = await store.texts_to_embed(ctx.pool, ctx.job.document_id, model)
                 if not texts.texts:
                     raise InvalidDocument(
-                        f"{ctx.job.filename}: no text found to index (a scanned PDF needs "
-                        "RAGLINE_VISION=ocr or cohere)"
+                        no_text(ctx.job.filename, self.services.settings.vision.kind)
                     )
                 CACHE_HITS.inc(texts.texts - len(texts.misses))
                 if items := await self.embed_texts(ctx, model, texts.misses):

@@ -2,11 +2,15 @@
 the real pipeline; a damaged file of each fails once at parse with one line; unknown types
 are refused at submit."""
 
+# PyMuPDF's API is only partly typed.
+# mypy: disallow-untyped-calls=False
+
 from __future__ import annotations
 
 import zipfile
 from pathlib import Path
 
+import pymupdf
 import pytest
 
 from runtime.errors import InvalidDocument
@@ -125,3 +129,27 @@ async def test_unknown_types_are_refused_at_submit_with_one_line(dsn: str, tmp_p
             assert "\n" not in str(caught.value)
         assert await env.docs.all_ids() == []
         assert await env.probe.assets.list("documents/") == []
+
+
+async def test_an_image_without_text_fails_once_saying_what_read_it(
+    dsn: str, tmp_path: Path
+) -> None:
+    """A picture with no words in it is a document with nothing to index: it fails once at
+    embed, and the line says whether OCR looked at it or vision is off (then: turn it on)."""
+    lines = {"ocr": "(nor in its images, read by OCR)", "none": "need RAGLINE_VISION=ocr"}
+    for width, (vision, expected) in enumerate(lines.items(), start=400):
+        path = tmp_path / f"blank-{vision}.png"
+        pixmap = pymupdf.Pixmap(pymupdf.csRGB, pymupdf.IRect(0, 0, width, 300), False)
+        pixmap.clear_with(255)
+        pixmap.save(str(path))
+        async with pipeline_env(dsn, tmp_path / f"data-{vision}", RAGLINE_VISION=vision) as env:
+            doc_id = (await env.submit(path)).document_id
+            await env.run()
+            doc = await env.doc(doc_id)
+            assert doc.status == DocumentStatus.FAILED, (vision, doc.status)
+            assert doc.error is not None
+            assert doc.error.startswith(f"embed: {path.name}: no text found to index"), doc.error
+            assert expected in doc.error and "\n" not in doc.error, doc.error
+            assert "scanned PDF" not in doc.error, doc.error
+            [job] = await env.stage_jobs(doc_id, "embed")
+            assert job.attempts == 1, job
