@@ -193,9 +193,9 @@ def report_skipped(skipped: Mapping[str, int]) -> None:
 def submit(app: App, paths: tuple[str, ...], force: bool, collection: str, as_json: bool) -> None:
     """Store documents and queue them for processing (files, directories, globs).
 
-    PDF, XPS, EPUB, MOBI, FB2, CBZ, SVG, PNG, JPEG, TIFF, DOCX, HTML, Markdown and text,
-    detected from their content; any other file, or one that cannot be read, is refused
-    with one line; the rest go in.
+    PDF, XPS, EPUB, MOBI, FB2, CBZ, SVG, PNG, JPEG, TIFF, GIF, BMP, JPEG 2000, DOCX, HTML,
+    Markdown and text, detected from their content; any other file, or one that cannot be
+    read, is refused with one line; the rest go in.
     Exit 0 when everything went in, 1 when something was refused.
     """
     collection = checked_collection(collection)

@@ -1,8 +1,8 @@
 """Real files of every format beyond PDF, made at test time (where each comes from is in
 docs/formats.md):
 
-- by a library: DOCX (python-docx), PNG and JPEG (PyMuPDF renders a page), TIFF (Pillow
-  re-encodes that PNG), SVG (PyMuPDF's ``Page.get_svg_image``);
+- by a library: DOCX (python-docx), PNG and JPEG (PyMuPDF renders a page), TIFF, GIF,
+  BMP and JPEG 2000 (Pillow re-encodes that PNG), SVG (PyMuPDF's ``Page.get_svg_image``);
 - by hand, to each format's specification, with ``zipfile`` or plain bytes: EPUB (OCF
   container, OPF package, NCX table of contents, XHTML chapters), XPS (a FixedDocument
   package whose Glyphs use a font from PyMuPDF's own), CBZ (a zip of PNG pages), FB2
@@ -46,6 +46,9 @@ PICTURE_WORDS: dict[str, tuple[str, ...]] = {
     "png": ("SAILBOAT REGATTA",),
     "jpeg": ("CACTUS DESERT",),
     "tiff": ("TRAIN STATION",),
+    "gif": ("HARBOR LIGHTHOUSE",),
+    "bmp": ("WINDMILL FARM",),
+    "jp2": ("CASTLE TOWER",),
     "svg": ("ORCHESTRA VIOLIN",),
     "epub": ("LAVA FOUNTAIN",),  # a figure in the book's first chapter
     "cbz": ("COMIC PANEL", "SPACESHIP LANDING"),
@@ -62,6 +65,9 @@ FORMAT_NAMES = {
     "png": "PNG",
     "jpeg": "JPEG",
     "tiff": "TIFF",
+    "gif": "GIF",
+    "bmp": "BMP",
+    "jp2": "JPEG 2000",
     "md": "Markdown",
     "txt": "text",
     "html": "HTML",
@@ -88,10 +94,27 @@ def make_jpeg(path: Path) -> Path:
     return path
 
 
-def make_tiff(path: Path) -> Path:
-    with PILImage.open(io.BytesIO(picture_png(PICTURE_WORDS["tiff"][0]))) as img:
-        img.save(path, format="TIFF")
+def _reencoded(path: Path, suffix: str, pillow_format: str) -> Path:
+    """The words' PNG saved by Pillow in another picture format."""
+    with PILImage.open(io.BytesIO(picture_png(PICTURE_WORDS[suffix][0]))) as img:
+        img.save(path, format=pillow_format)
     return path
+
+
+def make_tiff(path: Path) -> Path:
+    return _reencoded(path, "tiff", "TIFF")
+
+
+def make_gif(path: Path) -> Path:
+    return _reencoded(path, "gif", "GIF")
+
+
+def make_bmp(path: Path) -> Path:
+    return _reencoded(path, "bmp", "BMP")
+
+
+def make_jp2(path: Path) -> Path:
+    return _reencoded(path, "jp2", "JPEG2000")
 
 
 def make_svg(path: Path) -> Path:
@@ -320,6 +343,9 @@ MAKERS: dict[str, Callable[[Path], Path]] = {
     "png": make_png,
     "jpeg": make_jpeg,
     "tiff": make_tiff,
+    "gif": make_gif,
+    "bmp": make_bmp,
+    "jp2": make_jp2,
     "md": make_markdown,
     "txt": make_text,
     "html": make_html,
@@ -342,6 +368,7 @@ def damaged(path: Path, suffix: str) -> bytes:
         if suffix == "html":
             return data.replace(b"<body>", b"<body><p>" + filler) + b"\xff\xfe\xc3\x28" * 64
         return filler + data + b"\xff\xfe\xc3\x28" * 64
-    if suffix == "jpeg":
-        return data[:64]  # libjpeg reads a half-truncated JPEG; a bare header it cannot
+    if suffix in ("jpeg", "bmp"):
+        # libjpeg and MuPDF's BMP decoder read what half a picture holds; a header they cannot
+        return data[:64]
     return data[: len(data) // 2]

@@ -5,7 +5,8 @@ format                     reader
 =========================  ===========================================================
 PDF                        :mod:`stages.pdf` (unchanged)
 XPS, EPUB, MOBI, FB2, CBZ, :mod:`.mupdf` (PyMuPDF opens them; converted to PDF pages)
-SVG, PNG, JPEG, TIFF
+SVG, PNG, JPEG, TIFF,
+GIF, BMP, JPEG 2000
 plain text, Markdown       :mod:`.text` (charset-normalizer, markdown-it-py)
 HTML                       :mod:`.html` (selectolax / Lexbor)
 DOCX                       :mod:`.docx` (python-docx)

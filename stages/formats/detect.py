@@ -60,6 +60,9 @@ FORMATS: tuple[Format, ...] = (
     Format("PNG", "image/png", "mupdf", (".png",), "png"),
     Format("JPEG", "image/jpeg", "mupdf", (".jpg", ".jpeg"), "jpeg"),
     Format("TIFF", "image/tiff", "mupdf", (".tif", ".tiff"), "tiff"),
+    Format("GIF", "image/gif", "mupdf", (".gif",), "gif"),
+    Format("BMP", "image/bmp", "mupdf", (".bmp", ".dib"), "bmp"),
+    Format("JPEG 2000", "image/jp2", "mupdf", (".jp2", ".j2k", ".jpf", ".jpx"), "jpx"),
     Format("Markdown", "text/markdown", "markdown", (".md", ".markdown", ".mdown", ".mkd")),
     Format("HTML", "text/html", "html", (".html", ".htm", ".xhtml")),
     Format(
@@ -129,6 +132,9 @@ _SIGNATURES = {
     "PNG": "no PNG signature",
     "JPEG": "no JPEG SOI marker",
     "TIFF": "no TIFF header",
+    "GIF": "no GIF signature",
+    "BMP": "no BMP header",
+    "JPEG 2000": "no JPEG 2000 signature",
     "MOBI": "no BOOKMOBI header",
 }
 
@@ -151,9 +157,31 @@ def _magic(head: bytes) -> Format | None:
         return _BY_NAME["JPEG"]
     if head[:4] in (b"II*\x00", b"MM\x00*"):
         return _BY_NAME["TIFF"]
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return _BY_NAME["GIF"]
+    if head.startswith(_JP2) or head.startswith(b"\xff\x4f\xff\x51"):  # JP2 box, J2K codestream
+        return _BY_NAME["JPEG 2000"]
+    if _is_bmp(head):
+        return _BY_NAME["BMP"]
     if head[60:68] == b"BOOKMOBI":  # a Palm database of type BOOK, creator MOBI
         return _BY_NAME["MOBI"]
     return None
+
+
+_JP2 = b"\x00\x00\x00\x0cjP  \r\n\x87\n"
+#: The sizes of the DIB headers Windows and OS/2 bitmaps use.
+_DIB_SIZES = frozenset({12, 16, 40, 52, 56, 64, 108, 124})
+
+
+def _is_bmp(head: bytes) -> bool:
+    """A bitmap: ``BM`` (which starts many texts too), then zero reserved bytes and a known
+    DIB header size after its 14-byte file header."""
+    return (
+        len(head) >= 18
+        and head.startswith(b"BM")
+        and head[6:10] == b"\x00\x00\x00\x00"
+        and int.from_bytes(head[14:18], "little") in _DIB_SIZES
+    )
 
 
 def _container(head: bytes, name: str, path: Path | None) -> Format | None:

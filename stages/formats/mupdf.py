@@ -1,5 +1,5 @@
-"""Formats PyMuPDF opens natively (XPS, EPUB, MOBI, FB2, CBZ, SVG, PNG, JPEG, TIFF): each is
-converted to PDF a batch of pages at a time and read by the PDF reader
+"""Formats PyMuPDF opens natively (XPS, EPUB, MOBI, FB2, CBZ, SVG, PNG, JPEG, TIFF, GIF, BMP,
+JPEG 2000): each is converted to PDF a batch of pages at a time and read by the PDF reader
 (:func:`stages.pdf.iter_pages`), so text, images and their limits behave exactly as for
 PDFs. Images (and CBZ pages) become one page each whose picture goes to vision/OCR; an
 SVG without text is rendered to a picture. Pages of reflowable formats (EPUB, MOBI, FB2)
@@ -36,7 +36,9 @@ log = logging.getLogger(__name__)
 #: Pages converted to PDF at once: memory stays flat in the length of a long book.
 BATCH_PAGES = 32
 _ERRORS = (RuntimeError, ValueError, pymupdf.FileDataError, pymupdf.mupdf.FzErrorBase)
-_PICTURES = frozenset({"PNG", "JPEG", "TIFF", "CBZ"})
+#: Formats that are one picture (a TIFF: one a frame), checked for size before decoding.
+_IMAGES = frozenset({"PNG", "JPEG", "TIFF", "GIF", "BMP", "JPEG 2000"})
+_PICTURES = _IMAGES | {"CBZ"}
 #: An SVG without text is rendered at this scale (then capped by max_image_pixels).
 SVG_SCALE = 2.0
 
@@ -46,7 +48,7 @@ def read_mupdf(path: Path, fmt: Format, name: str, limits: tuple[int, int, int])
 
     :raises InvalidDocument: damaged, encrypted, no pages, or nothing readable (one line).
     """
-    if fmt.name in ("PNG", "JPEG", "TIFF"):
+    if fmt.name in _IMAGES:
         _check_pixels(path, fmt, name, limits[2])
     if fmt.name in _PICTURES:
         # The picture is the document: no size makes it decoration.

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pymupdf
 import pytest
+from PIL import Image as PILImage
 
 from runtime.errors import InvalidDocument
 from runtime.models import DocumentStatus
@@ -107,8 +108,8 @@ async def test_unknown_types_are_refused_at_submit_with_one_line(dsn: str, tmp_p
         z.writestr("main.c", "int main(void) { return 0; }\n")
     xml = tmp_path / "feed.xml"
     xml.write_text('<?xml version="1.0"?><rss version="2.0"><channel/></rss>')
-    gif = tmp_path / "anim.gif"
-    gif.write_bytes(b"GIF89a" + bytes(range(256)) * 4)
+    webp = tmp_path / "photo.webp"  # a picture format PyMuPDF does not open
+    PILImage.new("RGB", (64, 48), "teal").save(webp, format="WEBP")
     mislabelled = tmp_path / "report.docx"
     mislabelled.write_text("this was never a Word file\n")
     fake_png = tmp_path / "photo.png"
@@ -117,7 +118,7 @@ async def test_unknown_types_are_refused_at_submit_with_one_line(dsn: str, tmp_p
         binary: "firmware.bin: not a type ragline reads",
         archive: "source.zip: not a type ragline reads",
         xml: "feed.xml: not a type ragline reads",
-        gif: "anim.gif: not a type ragline reads",
+        webp: "photo.webp: not a type ragline reads",
         mislabelled: "report.docx: not a DOCX (no zip container): its content is text",
         fake_png: "photo.png: not a PNG (no PNG signature), nor another type ragline reads",
     }

@@ -38,6 +38,38 @@ def test_a_damaged_file_is_still_detected_as_its_format(suffix: str, tmp_path: P
     assert detect(bad, bad.name).name == FORMAT_NAMES[suffix]
 
 
+def test_text_that_starts_like_a_bitmap_is_text_and_a_bad_picture_names_its_format(
+    tmp_path: Path,
+) -> None:
+    """ "BM" starts a BMP and many texts: the rest of a bitmap's header decides."""
+    notes = tmp_path / "notes"
+    notes.write_text("BMW service manual: change the oil every 15,000 km.\n" * 20)
+    assert detect(notes, notes.name).name == "text"
+    for suffix, reason in [
+        ("gif", "no GIF signature"),
+        ("bmp", "no BMP header"),
+        ("jp2", "no JPEG 2000 signature"),
+    ]:
+        fake = tmp_path / f"scan.{suffix}"
+        fake.write_bytes(bytes(range(1, 200)) * 4)
+        with pytest.raises(InvalidDocument) as caught:
+            detect(fake, fake.name)
+        expected = f"not a {FORMAT_NAMES[suffix]} ({reason}), nor another type ragline reads"
+        assert caught.value.message == f"scan.{suffix}: {expected}"
+
+
+def test_a_webp_picture_is_refused_with_what_ragline_reads(tmp_path: Path) -> None:
+    """PyMuPDF opens no WebP: refused at submit, naming the formats that are read."""
+    from PIL import Image as PILImage
+
+    path = tmp_path / "photo.webp"
+    PILImage.new("RGB", (64, 48), "teal").save(path, format="WEBP")
+    with pytest.raises(InvalidDocument) as caught:
+        detect(path, path.name)
+    assert caught.value.message.startswith("photo.webp: not a type ragline reads (it reads PDF,")
+    assert "GIF, BMP, JPEG 2000" in caught.value.message
+
+
 def test_a_truncated_epub_is_known_by_its_first_member_whatever_its_name(
     tmp_path: Path,
 ) -> None:
