@@ -192,9 +192,16 @@ class StageTime(msgspec.Struct, frozen=True):
 
 
 def load_note() -> str:
-    """The machine's load, printed next to timings: this host is shared and noisy."""
+    """The machine's load and how long it has been up, printed next to timings: this host
+    is shared and noisy, and a virtual machine in its first minutes after boot ran
+    ragline's pairs 5-10% slower than later (README's bench.ingest row)."""
     one, five, _ = os.getloadavg()
-    return f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} CPUs"
+    note = f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} CPUs"
+    try:
+        up_s = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return note
+    return f"{note}, up {up_s / 60:.0f} min"
 
 
 # -- the corpus ---------------------------------------------------------------------------
