@@ -59,10 +59,11 @@ class IndexParts(msgspec.Struct, frozen=True, kw_only=True):
 async def measure_index_parts(dsn: str, shard: Path) -> IndexParts:
     """Every ready document's points read, built and upserted into a new shard at
     ``shard``, as the index stage does, each step timed on its own."""
-    model = ZeroEmbedder().model
-    spent = dict.fromkeys(("read", "build", "payloads", "convert", "upsert"), 0.0)
+    embedder = ZeroEmbedder()
+    # Keyed by IndexParts' fields, less their "_s".
+    spent = dict.fromkeys(("read", "build", "payloads", "edge_points", "upsert"), 0.0)
     points = 0
-    ensure_shard(shard, ZeroEmbedder().dimensions)
+    ensure_shard(shard, embedder.dimensions)
     edge = qe.EdgeShard.load(str(shard))
     try:
         async with pool_of(dsn, 1) as pool:
@@ -72,7 +73,7 @@ async def measure_index_parts(dsn: str, shard: Path) -> IndexParts:
                 while True:
                     at = time.process_time()
                     rows = await store.chunk_vectors(
-                        pool, job.document_id, model, after=after, limit=SLICE_POINTS
+                        pool, job.document_id, embedder.model, after=after, limit=SLICE_POINTS
                     )
                     at = _add(spent, "read", at)
                     built = document_points(rows, job)
@@ -84,7 +85,7 @@ async def measure_index_parts(dsn: str, shard: Path) -> IndexParts:
                         qe.Point(p.id, p.vector, s)  # type: ignore[arg-type]
                         for p, s in zip(built, stored, strict=True)
                     ]
-                    at = _add(spent, "convert", at)
+                    at = _add(spent, "edge_points", at)
                     edge.update(qe.UpdateOperation.upsert_points(converted))
                     _add(spent, "upsert", at)
                     points += len(rows)
@@ -96,14 +97,7 @@ async def measure_index_parts(dsn: str, shard: Path) -> IndexParts:
         _add(spent, "upsert", at)
     finally:
         edge.close()
-    return IndexParts(
-        points=points,
-        read_s=spent["read"],
-        build_s=spent["build"],
-        payloads_s=spent["payloads"],
-        edge_points_s=spent["convert"],
-        upsert_s=spent["upsert"],
-    )
+    return IndexParts(points=points, **{f"{step}_s": s for step, s in spent.items()})
 
 
 def _add(spent: dict[str, float], step: str, since: float) -> float:

@@ -115,11 +115,12 @@ class FolderScanner:
         entries[uri] = Entry(uri=uri, size=st.st_size, mtime_ns=st.st_mtime_ns)
 
     def path_of(self, uri: str) -> Path:
+        """The file of ``uri`` (a path relative to the folder)."""
         return self.root / uri
 
     def sha256(self, uri: str) -> str:
         try:
-            with open(os.path.join(self.uri, uri), "rb") as f:
+            with open(self.path_of(uri), "rb") as f:
                 return hashlib.file_digest(f, "sha256").hexdigest()
         except OSError as exc:
             raise InvalidDocument(
@@ -128,7 +129,7 @@ class FolderScanner:
 
     async def chunks(self, uri: str) -> AsyncIterator[bytes]:
         try:
-            async with await anyio.open_file(os.path.join(self.uri, uri), "rb") as f:
+            async with await anyio.open_file(self.path_of(uri), "rb") as f:
                 while block := await f.read(_BLOCK):
                     yield block
         except OSError as exc:
