@@ -54,6 +54,9 @@ class IngestSummary(msgspec.Struct, kw_only=True):
     interrupted: bool
     #: Files a directory walk left out, per suffix (see stages.cli_submit.documents_under).
     skipped: dict[str, int] = {}
+    #: Files with the same content as another file given (a document is its content:
+    #: each such file is ingested once, under the first one's name).
+    copies: int = 0
 
 
 def summarize(docs: Sequence[Document], refused: list[Refused], interrupted: bool) -> IngestSummary:
@@ -120,7 +123,8 @@ def ingest(
             report_refused(more)
             ids = list(dict.fromkeys(d.document_id for d in done))
             finished = await run_until_done(worker, pool, ids, show)
-            return await final_summary(pool, ids, refused + more, finished)
+            summary = await final_summary(pool, ids, refused + more, finished)
+            return msgspec.structs.replace(summary, copies=len(done) - len(ids))
 
     report_refused(refused)
     report_skipped(expanded.skipped)
@@ -177,6 +181,11 @@ def print_summary(summary: IngestSummary, as_json: bool) -> None:
         f"ready: {len(summary.ready)}  failed: {len(summary.failed)}  "
         f"unfinished: {len(summary.unfinished)}  refused: {len(summary.refused)}"
     )
+    if summary.copies:
+        click.echo(
+            f"same content: {summary.copies} file(s) repeat another file given here; "
+            "each content is ingested once, under the first name"
+        )
     for d in summary.failed:
         click.echo(f"failed {escape_name(d['filename'])} ({d['document_id']}): {d['error']}")
     if summary.interrupted:

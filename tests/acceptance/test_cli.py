@@ -155,17 +155,20 @@ def test_ingest_samples_json_summary(ingested: Setup) -> None:
     assert sorted(r["filename"] for r in summary["ready"]) == list(SAMPLE_NAMES)
     assert summary["failed"] == summary["unfinished"] == summary["refused"] == []
     assert summary["interrupted"] is False
+    assert summary["copies"] == 0
     assert all(r["status"] == "ready" for r in summary["ready"])
 
 
 @pytest.fixture(scope="module")
 def broken(databases: Databases, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    """A folder with one good PDF and three bad ones, ingested once."""
+    """A folder with one good PDF (and a copy of it under another name) and three bad
+    ones, ingested once."""
     name = databases.clone()
     tmp = tmp_path_factory.mktemp("broken")
     folder = tmp / "pdfs"
     folder.mkdir()
     shutil.copy(SAMPLES / "sourdough.pdf", folder)
+    shutil.copy(SAMPLES / "sourdough.pdf", folder / "sourdough2.pdf")
     write_encrypted_pdf(folder / "locked.pdf")
     write_truncated_pdf(folder / "truncated.pdf")
     write_textless_pdf(folder / "textless.pdf")
@@ -188,6 +191,8 @@ def test_ingest_broken_pdfs_fail_at_parse_with_the_file_named(broken: Setup) -> 
     assert result.code == EXIT_FAILED, result
     no_traceback(result)
     assert result.out_lines[0].startswith("ready: 1  failed: 3  unfinished: 0"), result
+    # Five files, four documents: the copy is said, not lost from the count.
+    assert result.out_lines[1].startswith("same content: 1 file(s) repeat another"), result
     locked = failure_line(result, "locked.pdf")
     assert "parse: locked.pdf: password-protected" in locked, locked
     truncated = failure_line(result, "truncated.pdf")
