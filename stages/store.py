@@ -97,6 +97,18 @@ class ChunkVector(StoredChunk, frozen=True, kw_only=True):
     section: str | None = None
 
 
+#: The chunks' columns a write fills, in the order of its rows. Binary COPY rather than an
+#: INSERT of arrays: asyncpg checks every element of an array parameter for nesting (an
+#: ABC ``isinstance`` each: ten arrays of every chunk), and the server unpacks the arrays
+#: again. On bench.ingest's 53,873 chunks: ~0.1 s less client CPU and up to ~0.1 s less
+#: of PostgreSQL's in one process (a chunk-only worker, six alternating runs: 0.07 s less
+#: for the two together, within the noise).
+CHUNK_COLUMNS = (
+    "document_id", "kind", "generation", "ordinal", "text", "page_start", "page_end", "sha256",
+    "tokens", "over_window", "section",
+)  # fmt: skip
+
+
 def _columns(rows: Sequence[msgspec.Struct], *fields: str) -> list[list[Any]]:
     """One list per field of ``rows``, in the order given: the arrays of an ``unnest(...)``
     insert."""
@@ -165,16 +177,12 @@ async def _insert_chunks(
 ) -> None:
     if not chunks:
         return
-    await conn.execute(
-        Q["insert_chunks"],
-        document_id,
-        kind,
-        generation,
-        list(range(first, first + len(chunks))),
-        *_columns(
-            chunks, "text", "page_start", "page_end", "sha256", "tokens", "over_window", "section"
-        ),
-    )
+    rows = [
+        (document_id, kind, generation, first + i, c.text, c.page_start, c.page_end, c.sha256,
+         c.tokens, c.over_window, c.section)
+        for i, c in enumerate(chunks)
+    ]  # fmt: skip
+    await conn.copy_records_to_table("chunks", records=rows, columns=CHUNK_COLUMNS)
 
 
 async def chunks(db: Reader, document_id: uuid.UUID) -> list[ChunkRow]:

@@ -62,17 +62,6 @@ DELETE FROM chunks WHERE document_id = $1 AND kind = 'image';
 -- $1 document id
 SELECT coalesce(max(ordinal) + 1, 0) FROM chunks WHERE document_id = $1 AND kind = 'text';
 
--- name: insert_chunks
--- Chunks of one kind.
--- $1 document id, $2 kind, $3 generation, $4 ordinals, $5 texts, $6 first pages,
--- $7 last pages, $8 sha256s, $9 token counts (NULL: not counted), $10 over the window,
--- $11 sections of their first pages (NULL: none)
-INSERT INTO chunks (document_id, kind, generation, ordinal, text, page_start, page_end, sha256,
-                    tokens, over_window, section)
-SELECT $1, $2::ragline_chunk_kind, $3, * FROM unnest($4::int[], $5::text[], $6::int[],
-                                                     $7::int[], $8::text[], $9::int[],
-                                                     $10::boolean[], $11::text[]);
-
 -- name: chunks_over_window
 -- Chunks longer than the embedder's window (their tail was never embedded), in how many
 -- documents; of one document, or of all (the partial index keeps this cheap).
