@@ -26,6 +26,7 @@ import asyncpg
 from runtime.backoff import Reconnect
 from runtime.clock import Clock
 from runtime.completer import Completer
+from runtime.database import prime_codecs
 from runtime.dberrors import CONNECTION_ERRORS
 from runtime.executor import Executor
 from runtime.heartbeat import Heartbeat
@@ -162,6 +163,7 @@ class Worker:
             min_size=0,
             max_size=size,
             reset=_keep_session,
+            init=prime_codecs,
             server_settings={**WORKER_SESSION, **(settings or {})},
         )
         try:

@@ -32,3 +32,15 @@ DELETE FROM workers WHERE last_seen_at < now() - make_interval(secs => $1);
 -- $1 seconds
 SELECT id, stages, started_at, last_seen_at FROM workers
 WHERE last_seen_at >= now() - make_interval(secs => $1) ORDER BY id;
+
+-- name: codec_types
+-- The types whose codecs asyncpg looks up in the catalog the first time a connection's
+-- statement uses them (arrays the queries bind, ragline's enums), as SQL type names:
+-- runtime.database.prime_codecs names them all in one statement on each new connection.
+SELECT format_type(t.oid, NULL) AS name
+FROM pg_type AS t
+WHERE (t.typtype = 'e' AND t.typname LIKE 'ragline\_%'
+       AND t.typnamespace = current_schema()::regnamespace)
+   OR t.oid IN ('int4[]'::regtype, 'int8[]'::regtype, 'uuid[]'::regtype, 'bool[]'::regtype,
+                'bytea[]'::regtype, 'float8[]'::regtype)
+ORDER BY 1;

@@ -11,6 +11,7 @@ import anyio
 import asyncpg
 import pytest
 
+from runtime.database import prime_codecs
 from runtime.documents import DocumentRepository
 from runtime.jobstore import Claim
 from runtime.models import DocumentStatus, Failure, Job, JobState, NewDocument
@@ -392,3 +393,41 @@ async def test_enqueue_is_idempotent_per_live_stage(
     doc_id = await submit(docs)
     assert await repo.enqueue([NewJob(document_id=doc_id, stage="parse")]) == 0
     assert await repo.enqueue([NewJob(document_id=doc_id, stage="chunk")]) == 1
+
+
+async def test_a_new_connection_looks_its_types_up_in_one_catalog_query(dsn: str) -> None:
+    """prime_codecs (every pool's ``init``): the arrays and enums the queries use are
+    looked up at once, so the hot path's first statements on a connection cost no
+    catalog query of their own; without it each statement bringing a new type does."""
+    lookups: list[str] = []
+
+    def logged(record: Any) -> None:
+        if "typeinfo" in record.query:
+            lookups.append(record.query)
+
+    async def primed(conn: asyncpg.Connection[Any]) -> None:
+        conn.add_query_logger(logged)
+        await prime_codecs(conn)
+
+    async def unprimed(conn: asyncpg.Connection[Any]) -> None:
+        conn.add_query_logger(logged)
+
+    # One statement per type, as the queries bring them.
+    statements = [
+        ("SELECT $1::int4[]", [1]),
+        ("SELECT $1::int8[]", [2]),
+        ("SELECT $1::uuid[]", [uuid.uuid4()]),
+        ("SELECT $1::bool[]", [True]),
+        ("SELECT $1::bytea[]", [b"x"]),
+        ("SELECT $1::ragline_job_state", "queued"),
+        ("SELECT $1::ragline_chunk_kind", "text"),
+    ]
+    for init, expected in ((primed, 1), (unprimed, len(statements))):
+        lookups.clear()
+        async with (
+            asyncpg.create_pool(dsn, min_size=1, max_size=1, init=init) as pool,
+            pool.acquire() as conn,
+        ):
+            for query, arg in statements:
+                assert await conn.fetchval(query, arg) == arg
+        assert len(lookups) == expected, (init.__name__, lookups)
