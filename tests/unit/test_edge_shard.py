@@ -14,16 +14,32 @@ from stages.edge_shard import SEARCH_THREADS, ensure_shard
 
 # Loads the shard in a process of its own and prints how many qdrant-edge search pool
 # threads (named ``edge-search-N``) it then has: in the test process, the pools of other
-# tests' shards may still be winding down and be counted.
+# tests' shards may still be winding down and be counted. The pool's threads start (and
+# name themselves) after ``load`` returns, so the count is taken once the first is there
+# and the others have had time to start (a count taken at once read 0 in a CI run).
 _COUNT_SEARCH_THREADS = textwrap.dedent(
     """
     import sys
+    import time
     from pathlib import Path
     import qdrant_edge as qe
 
+    def count():
+        tasks = Path("/proc/self/task")
+        names = []
+        for task in tasks.iterdir():
+            try:
+                names.append((task / "comm").read_text())
+            except OSError:  # a thread that ended meanwhile
+                pass
+        return sum(name.startswith("edge-search") for name in names)
+
     shard = qe.EdgeShard.load(sys.argv[1])
-    tasks = Path("/proc/self/task")
-    print(sum((t / "comm").read_text().startswith("edge-search") for t in tasks.iterdir()))
+    deadline = time.monotonic() + 10
+    while count() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)
+    print(count())
     shard.close()
     """
 )
