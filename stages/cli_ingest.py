@@ -102,9 +102,10 @@ def ingest(
     """Submit documents, then run every stage in this process until they are done.
 
     Shows progress per stage and ends with a summary: ready, failed (with the stage and
-    the reason). Ctrl-C stops cleanly; running the same command again resumes where it
-    stopped and redoes nothing that finished. Exit 0: all ready; 1: some failed or were
-    refused; 130: interrupted.
+    the reason), and how many files repeated another's content (a document is its
+    content: such a file is ingested once, under the first name). Ctrl-C stops cleanly;
+    running the same command again resumes where it stopped and redoes nothing that
+    finished. Exit 0: all ready; 1: some failed or were refused; 130: interrupted.
     """
     # ingest runs every stage itself, whatever RAGLINE_STAGES says (that is for worker
     # mode): serving only some would wait forever for the others.
