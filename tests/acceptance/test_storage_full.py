@@ -47,6 +47,9 @@ def tmpfs(path: Path, size: str, owner: str | None = None) -> Iterator[Path]:
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], check=False)
+        # The mount point too (one under /tmp outlived every run).
+        with contextlib.suppress(OSError):
+            path.rmdir()
 
 
 def fill(directory: Path) -> Path:
