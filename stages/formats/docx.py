@@ -92,7 +92,10 @@ _WRAPPERS = {
 }  # fmt: skip
 _TXBX = qn("w:txbxContent")
 _DRAWINGS = {qn("w:drawing"), qn("w:pict")}
-_NOTES = ((RT.FOOTNOTES, "footnote", "Footnotes"), (RT.ENDNOTES, "endnote", "Endnotes"))
+_NOTES = (
+    (RT.FOOTNOTES, qn("w:footnote"), "Footnotes"),
+    (RT.ENDNOTES, qn("w:endnote"), "Endnotes"),
+)
 #: Word's separator "notes" (the rules above the notes), not text.
 _NOT_NOTES = {"separator", "continuationSeparator", "continuationNotice"}
 
@@ -176,7 +179,7 @@ class _Reader:
         self._blocks(self.document.element.body)
         self._flush()
         for reltype, tag, label in _NOTES:
-            self._notes(reltype, qn(f"w:{tag}"), label)
+            self._notes(reltype, tag, label)
         return self.out
 
     def _blocks(self, parent: Any) -> None:
@@ -241,8 +244,7 @@ class _Reader:
         for note in notes.iterchildren(tag):
             if note.get(qn("w:type")) in _NOT_NOTES:
                 continue
-            text = " ".join(_cell_text(note).split())
-            if text:
+            if text := _cell_text(note):  # one line already
                 texts.append(text)
         if texts:
             self.out.append(DocxSection(Section("\n\n".join(texts), label), []))
