@@ -5,6 +5,11 @@ Scripts, styles and other non-content elements are dropped; block elements becom
 paragraphs (the chunker cuts at blank lines); ``<pre>`` keeps its lines; each ``<h1>``–
 ``<h6>`` starts a section labelled with its heading path. Text before the first heading is
 labelled with the page's ``<title>``.
+
+What a page shows or says in place of a picture is read where it stands: an image's
+``alt`` text (``<img>``, ``<area>``, ``<input type=image>``), an inline ``<svg>``'s
+``<title>``, ``<desc>`` and ``<text>`` (its labels), a ``<math>`` formula's ``alttext`` or
+else its symbols.
 """
 
 from __future__ import annotations
@@ -18,9 +23,12 @@ from stages.formats.text import Section, decode_text, heading_path
 
 __all__ = ["decode_html", "html_sections"]
 
-_DROP = frozenset(
-    {"script", "style", "noscript", "template", "head", "svg", "math", "iframe", "object"}
-)
+_DROP = frozenset({"script", "style", "noscript", "template", "head", "iframe", "object"})
+#: Elements read as a whole, in place (their text is not the page's running text).
+_GRAPHICS = frozenset({"svg", "math"})
+_ALT = frozenset({"img", "area", "input"})
+#: An inline SVG's elements that carry words (a ``<tspan>`` sits inside a ``<text>``).
+_SVG_WORDS = frozenset({"title", "desc", "text"})
 _HEADINGS = {f"h{n}": n for n in range(1, 7)}
 _BLOCKS = frozenset(
     {
@@ -66,6 +74,9 @@ def _walk(root: LexborNode) -> Iterator[tuple[str, LexborNode]]:
             continue
         if node.tag in _DROP or node.tag == "-comment":
             continue
+        if node.tag in _GRAPHICS:
+            yield "graphic", node
+            continue
         yield "start", node
         stack.append((True, node))
         stack.extend((False, child) for child in reversed(list(node.iter(include_text=True))))
@@ -84,10 +95,11 @@ class _Builder:
     def feed(self, event: str, node: LexborNode) -> None:
         tag = node.tag or ""
         if event == "text":
-            text = node.text(deep=False)
-            self.current.append(text if self.pre else re.sub(r"\s+", " ", text))
-            if self.heading is not None:
-                self.heading.append(text)
+            self._text(node.text(deep=False))
+        elif event == "graphic":
+            self._text(_spaced(_graphic_text(node)))
+        elif tag in _ALT and event == "start":
+            self._text(_spaced(_alt_text(node)))
         elif tag == "br" and event == "start":
             self.current.append("\n")
         elif tag in _HEADINGS:
@@ -96,6 +108,13 @@ class _Builder:
             self._paragraph()
             if tag == "pre":
                 self.pre += 1 if event == "start" else -1
+
+    def _text(self, text: str) -> None:
+        if not text:
+            return
+        self.current.append(text if self.pre else re.sub(r"\s+", " ", text))
+        if self.heading is not None:
+            self.heading.append(text)
 
     def _heading(self, event: str, level: int) -> None:
         if event == "start":
@@ -110,7 +129,8 @@ class _Builder:
 
     def _paragraph(self) -> None:
         text = "".join(self.current)
-        text = text if self.pre else "\n".join(line.strip() for line in text.split("\n"))
+        if not self.pre:
+            text = "\n".join(" ".join(line.split()) for line in text.split("\n"))
         if text.strip():
             self.paragraphs.append(text.strip("\n") if self.pre else text.strip())
         self.current = []
@@ -124,3 +144,32 @@ class _Builder:
     def finish(self) -> list[Section]:
         self._section()
         return self.sections
+
+
+def _spaced(words: str) -> str:
+    """Words set apart from the text around them ("" for none)."""
+    return f" {words} " if words.strip() else ""
+
+
+def _alt_text(node: LexborNode) -> str:
+    """An image's ``alt`` text (an ``<input>`` has one only as a picture button)."""
+    if node.tag == "input" and (node.attributes.get("type") or "").lower() != "image":
+        return ""
+    return node.attributes.get("alt") or ""
+
+
+def _graphic_text(node: LexborNode) -> str:
+    """The words of an inline ``<svg>`` or ``<math>``, on one line."""
+    if node.tag == "math":
+        alt = node.attributes.get("alttext")
+        words = alt if alt and alt.strip() else node.text(deep=True, separator=" ")
+        return " ".join(words.split())
+    parts: list[str] = []
+    stack = list(reversed(list(node.iter(include_text=False))))
+    while stack:
+        child = stack.pop()
+        if child.tag in _SVG_WORDS:
+            parts.append(child.text(deep=True, separator=" "))
+        elif child.tag not in _DROP:
+            stack.extend(reversed(list(child.iter(include_text=False))))
+    return " ".join(" ".join(parts).split())

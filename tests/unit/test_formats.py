@@ -172,6 +172,23 @@ def test_html_sections_drop_scripts_and_keep_structure() -> None:
     assert all("hidden" not in s.text and "p{}" not in s.text for s in sections)
 
 
+def test_html_reads_what_stands_in_for_pictures_where_it_stands() -> None:
+    page = (
+        "<p>The harbour<img src='map.png' alt='Map of Tyre harbour'>at dawn"
+        "<input type=image alt='Enlarge'><input type=text value='typed'></p>"
+        "<figure><svg><style>.t{}</style><title>Grain prices</title>"
+        "<g><text>Wheat <tspan>rose</tspan></text></g><text>Barley fell</text></svg></figure>"
+        "<p>Area <math alttext='pi r squared'><mi>π</mi></math> or "
+        "<math><mi>a</mi><mo>=</mo><mi>b</mi></math></p>"
+    )
+    [section] = html_sections(page)
+    assert section.text == (
+        "The harbour Map of Tyre harbour at dawn Enlarge\n\n"
+        "Grain prices Wheat rose Barley fell\n\n"
+        "Area pi r squared or a = b"
+    )
+
+
 def test_decoding_believes_boms_and_meta_charset_and_refuses_damage() -> None:
     assert decode_text("\ufeffhé".encode("utf-16-le"), "a") == "hé"
     assert decode_html(b'<meta charset="iso-8859-15"><p>\xa4', "a").endswith("€")
