@@ -39,7 +39,7 @@ from bench.harness.chaos import (
 )
 from bench.harness.corpus import BROKEN_KINDS, CORPUS_DIR
 from bench.harness.db import migrate_database, throwaway_database
-from runtime.embedded import EmbeddedPostgres
+from runtime.db.embedded import EmbeddedPostgres
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -110,7 +110,7 @@ def _server(args: argparse.Namespace, tmp: Path) -> Iterator[tuple[str, Callable
         command = args.restart_command
         yield args.database_url, (lambda: _run_shell(command)) if command else None
         return
-    from runtime.embedded import EmbeddedPostgres
+    from runtime.db.embedded import EmbeddedPostgres
 
     pg = EmbeddedPostgres(tmp / "pg")
     dsn = pg.acquire()

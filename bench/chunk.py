@@ -2,7 +2,8 @@
 
     python -m bench.chunk [--docs N] [--rounds R] [--pages FILE]
 
-Parses the corpus PDFs as the parse stage does (``stages.pdf``; kept in ``--pages`` so a
+Parses the corpus PDFs as the parse stage does (``stages.parsing.formats.pdf``; kept in ``--pages``
+so a
 second run skips it), then chunks every document with the shipped defaults (the local
 embedder's WordPiece counter, 254-token window) as a worker process does: one counter for
 all documents, so its word cache fills as it goes. Round 1 starts from a new counter (a
@@ -28,8 +29,8 @@ from bench.args import bench_parser
 from bench.ingest import corpus_files, load_note
 from bench.quality import Document, load
 from bench.queue import heading, row
-from stages.chunking import chunk_pages
-from stages.tokens import TokenCounter, local_counter
+from stages.text.chunking import chunk_pages
+from stages.text.tokens import TokenCounter, local_counter
 
 
 def documents(limit: int | None, cache: Path | None) -> list[Document]:

@@ -14,7 +14,7 @@ import anyio
 import asyncpg
 
 from bench.harness.db import with_database
-from runtime.migrate import migrate
+from runtime.db.migrate import migrate
 
 Conn: TypeAlias = "asyncpg.Connection[Any]"
 Pool: TypeAlias = "asyncpg.Pool[Any]"

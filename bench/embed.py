@@ -42,12 +42,12 @@ from bench import database, report
 from bench.args import bench_parser
 from bench.harness.fake_cohere import FakeCohereProcess
 from bench.ingest import corpus_files, load_note
-from runtime.documents import DocumentRepository
-from runtime.worker import Worker
-from runtime.worker_config import WorkerConfig
+from runtime.jobs.documents import DocumentRepository
+from runtime.worker.config import WorkerConfig
+from runtime.worker.worker import Worker
+from stages.actions.submit import submit
 from stages.pipeline import DEFAULT_CONCURRENCY, STAGES, pipeline_for
 from stages.services import Services
-from stages.submit import submit
 
 DEFAULT_RPM = 600
 DEFAULT_DOCS = 60

@@ -1,9 +1,10 @@
 """Where an index job's CPU goes, without the engine: a line of bench.ingest.
 
 After a ragline run, this process does what the index stage does for every ready
-document (:mod:`stages.index`), one step at a time over all of them, and times each
+document (:mod:`stages.pipeline.index`), one step at a time over all of them, and times each
 step's CPU: reading the chunks and vectors a slice at a time, building the points (ids,
-payloads), the fields the shard stores (:func:`stages.points.stored_payload`), turning
+payloads), the fields the shard stores
+(:func:`stages.adapters.vector_index.edge.points.stored_payload`), turning
 them into qdrant-edge's points, and upserting them into a fresh embedded shard (then one
 flush). qdrant-edge's own share (its ``Point`` construction and its upsert) bounds from
 below what an index stage storing these fields costs a point; the index-only worker's
@@ -21,10 +22,10 @@ import qdrant_edge as qe
 
 from bench.database import pool_of
 from bench.standins import ZeroEmbedder
-from stages import store
-from stages.edge_shard import ensure_shard
-from stages.index import SLICE_POINTS, document_points, points_job
-from stages.points import stored_payload
+from stages.adapters.vector_index.edge.points import stored_payload
+from stages.adapters.vector_index.edge.shard import ensure_shard
+from stages.db import checkpoints as store
+from stages.pipeline.index import SLICE_POINTS, document_points, points_job
 
 __all__ = ["IndexParts", "index_parts", "measure_index_parts"]
 
@@ -80,7 +81,8 @@ async def measure_index_parts(dsn: str, shard: Path) -> IndexParts:
                     at = _add(spent, "build", at)
                     stored = [stored_payload(p.payload) for p in built]
                     at = _add(spent, "payloads", at)
-                    # As stages.points.edge_points builds them, the payloads made above.
+                    # As stages.adapters.vector_index.edge.points.edge_points builds them, the
+                    # payloads made above.
                     converted = [
                         qe.Point(p.id, p.vector, s)  # type: ignore[arg-type]
                         for p, s in zip(built, stored, strict=True)

@@ -62,10 +62,10 @@ from bench.queue import (
     server_dsn,
     verdict,
 )
-from runtime.documents import DocumentRepository
-from stages.assets import AssetStore
-from stages.dir_store import DirStore
-from stages.submit import inspect_file, submit
+from runtime.jobs.documents import DocumentRepository
+from stages.actions.submit import inspect_file, submit
+from stages.adapters.assets.directory import DirStore
+from stages.ports.assets import AssetStore
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN = "bench.standins:plugin"

@@ -6,7 +6,7 @@ Needs the corpus (``tests/corpus/fetch.sh``). Three modes over the same corpus P
 
 - ``raw``: bench.ingest's raw side (``page.get_text()``, then ``doc.extract_image()`` of
   every image on every page), the floor ragline is compared with end to end;
-- ``pages``: :func:`stages.pdf.iter_pages` (validation, block text, images filtered,
+- ``pages``: :func:`stages.parsing.formats.pdf.iter_pages` (validation, block text, images filtered,
   deduplicated and converted), as the stage calls it;
 - ``stage``: the parse stage's own work (``ParseStage._parse`` in its worker thread: the
   pages, each image stored in a directory asset store through the event loop, the
@@ -47,10 +47,10 @@ from bench.args import bench_parser
 from bench.harness.corpus import CORPUS_DIR, corpus_ready
 from bench.harness.proccpu import process_cpu_s
 from runtime.models import Job
-from stages.parse import ParseStage
-from stages.pdf import iter_pages, open_pdf
+from stages.actions.submit import PDF
+from stages.parsing.formats.pdf import iter_pages, open_pdf
+from stages.pipeline.parse import ParseStage
 from stages.services import Services
-from stages.submit import PDF
 
 ROOT = Path(__file__).resolve().parent.parent
 Mode = Callable[[Path], int]
@@ -157,7 +157,7 @@ def two_processes(pdfs: list[Path], rounds: int) -> dict[str, float]:
 _RSS_PROBE = """
 import json, sys
 from pathlib import Path
-from runtime.memory import limit_malloc_arenas
+from runtime.process.heap import limit_malloc_arenas
 limit_malloc_arenas()
 from bench.parse import MODES, rss_mb
 before = rss_mb("VmRSS")

@@ -44,11 +44,11 @@ from bench.harness.fleet import run_fleet, start_fleet, submit_jobs
 from bench.harness.pipelines import STAGES, ScriptedStage
 from bench.queue import THROUGHPUT_POLL_S, hops_per_s, run_ragline
 from bench.report import heading, row, verdict
-from runtime.provider_gate import Providers
-from runtime.providers import DEFAULT_PROBE_S, SESSION_SETTINGS, ProviderSpec
+from runtime.providers.gate import Providers
+from runtime.providers.specs import DEFAULT_PROBE_S, SESSION_SETTINGS, ProviderSpec
 from runtime.stage import JobContext, Pipeline
-from runtime.worker import Worker
-from runtime.worker_config import WorkerConfig
+from runtime.worker.config import WorkerConfig
+from runtime.worker.worker import Worker
 
 PARTS = ("fleet", "overhead", "hops", "outage")
 NAME = "cohere/embed-v4.0"

@@ -1,7 +1,8 @@
 """Chunk quality: how much of the corpus the local embedder never reads, before and after
 sizing chunks in its tokens, and what the chunker costs.
 
-``python -m bench.quality [--docs N]`` parses the corpus PDFs (``stages.pdf``, as the parse
+``python -m bench.quality [--docs N]`` parses the corpus PDFs (``stages.parsing.formats.pdf``, as
+the parse
 stage does) and chunks every document twice, side by side:
 
 - **before**: the old character-sized chunker (1,000 characters, 150 overlap), which is
@@ -34,9 +35,9 @@ import tokenizers
 
 from bench.ingest import corpus_files, load_note
 from bench.report import heading, row
-from stages.chunking import Chunk, ChunkConfig, chunk_pages
-from stages.pdf import iter_pages, open_pdf
-from stages.tokens import MINILM_TOKENIZER, CharCounter, TokenCounter, local_counter
+from stages.parsing.formats.pdf import iter_pages, open_pdf
+from stages.text.chunking import Chunk, ChunkConfig, chunk_pages
+from stages.text.tokens import MINILM_TOKENIZER, CharCounter, TokenCounter, local_counter
 
 OLD_CONFIG = ChunkConfig(max_tokens=1000, overlap_tokens=150)
 

@@ -4,7 +4,7 @@
 database (``ragline_bench_<random>``) on ``DATABASE_URL`` (default: the local server),
 prints three sections and drops the database:
 
-1. throughput of a no-op five-stage pipeline, ragline's :class:`runtime.worker.Worker`
+1. throughput of a no-op five-stage pipeline, ragline's :class:`runtime.worker.worker.Worker`
    against the plainest ``FOR UPDATE SKIP LOCKED`` loop at the same slots per stage;
 2. enqueue→claim latency of an idle worker, with LISTEN/NOTIFY and with polling only;
 3. claim latency with 1,000 vs 1,000,000 finished rows in ``stage_jobs``, and the plan.
@@ -41,12 +41,12 @@ from bench.report import heading as heading
 from bench.report import percentile
 from bench.report import row as row
 from bench.report import verdict as verdict
+from runtime.jobs.postgres import JobRepository
+from runtime.jobs.postgres import Q as JOB_QUERIES
 from runtime.models import NewJob
-from runtime.repository import JobRepository
-from runtime.repository import Q as JOB_QUERIES
 from runtime.stage import Pipeline
-from runtime.worker import Worker
-from runtime.worker_config import WorkerConfig
+from runtime.worker.config import WorkerConfig
+from runtime.worker.worker import Worker
 
 # The ``x as x`` imports re-export what bench.ingest still imports from here (it moved to
 # bench.database and bench.report); they go when its import names those modules.

@@ -51,7 +51,7 @@ from bench.serve_support import (
     upload_files,
     verdict,
 )
-from runtime.events import EventHub
+from runtime.jobs.events import EventHub
 
 UPLOAD_FLOOR = 0.8
 SSE_P50_MS, SSE_P99_MS = 10.0, 50.0
@@ -250,15 +250,15 @@ def section_status(opts: Options, tmp: Path) -> None:
 
 
 async def fill_index(data_dir: Path, points: int) -> str:
+    from stages.ports.vector_index import new_point
     from stages.services import Services
-    from stages.vector_index import new_point
 
     services = Services(
         {k: v for k, v in os.environ.items() if not k.startswith("COHERE")}, data_dir
     )
     async with services.lifespan():
         dims = services.embedder.dimensions
-        await services.index.ensure_collection(services.collection, dims)
+        await services.index.ensure_collection(services.vector_collection, dims)
         rng = random.Random(7)
         batch: list[Any] = []
         for i in range(points):
@@ -272,11 +272,11 @@ async def fill_index(data_dir: Path, points: int) -> str:
             }
             batch.append(new_point(doc, i % 50, 1, vector, payload))
             if len(batch) == 1000:
-                await services.index.upsert(services.collection, batch)
+                await services.index.upsert(services.vector_collection, batch)
                 batch = []
         if batch:
-            await services.index.upsert(services.collection, batch)
-        return services.collection
+            await services.index.upsert(services.vector_collection, batch)
+        return services.vector_collection
 
 
 async def search_latencies(url: str, count: int) -> list[float]:

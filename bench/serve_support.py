@@ -16,7 +16,7 @@ import msgspec
 from bench.harness.cli import Cli
 from bench.harness.db import throwaway_database, with_database
 from bench.harness.serve import Server, running_server
-from runtime.migrate import migrate
+from runtime.db.migrate import migrate
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "corpus" / "cache" / "pdfs"

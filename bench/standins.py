@@ -3,7 +3,7 @@
 ``python -m runtime --pipeline bench.standins:plugin`` runs the real pipeline (parse,
 chunk, vision, embed, index over the real asset store and vector index) with the embedder
 replaced by :class:`ZeroEmbedder` (a hash, no model, no network) and vision by
-:class:`~stages.vision_model.NoVision`, so a benchmark measures ragline and not a model.
+:class:`~stages.adapters.vision.cohere.NoVision`, so a benchmark measures ragline and not a model.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import numpy as np
 
 from runtime.plugin import BuildContext, Plugin
 from runtime.stage import Pipeline
-from stages.embedder_protocol import Embedder, InputType
+from stages.adapters.vision.none import NoVision
 from stages.pipeline import DEFAULT_CONCURRENCY, STAGES, pipeline_for
+from stages.ports.embedder import Embedder, InputType
+from stages.ports.vision import VisionModel
 from stages.services import Services
-from stages.vision_model import NoVision
-from stages.vision_protocol import VisionModel
 
 ZERO_DIMS = 64
 #: The same batch size as Cohere's, so the embed stage batches as it does in production.
@@ -41,7 +41,7 @@ def hash_vectors(texts: Sequence[str], dims: int = ZERO_DIMS) -> list[list[float
 
 @dataclass(frozen=True)
 class ZeroEmbedder:
-    """:class:`stages.embedder.Embedder` that costs (almost) nothing."""
+    """:class:`stages.adapters.embedder.cohere.Embedder` that costs (almost) nothing."""
 
     dimensions: int = ZERO_DIMS
     max_batch: int = ZERO_MAX_BATCH

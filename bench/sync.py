@@ -33,10 +33,10 @@ import anyio
 
 from bench.database import bench_database, connection, pool_of, server_dsn
 from bench.report import heading, verdict
-from stages import sources
-from stages.scan import FolderScanner
+from stages.actions.sync import Plan, apply, plan
+from stages.adapters.sources.folder import FolderScanner
+from stages.db import sources
 from stages.services import Services
-from stages.sync import Plan, apply, plan
 
 NO_CHANGE_FLOOR_S = 5.0
 CHANGE_FLOOR_S = 2.0

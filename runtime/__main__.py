@@ -1,11 +1,11 @@
 """``python -m runtime`` and the ``ragline`` script."""
 
-from runtime.memory import limit_malloc_arenas
+from runtime.process.heap import limit_malloc_arenas
 
 limit_malloc_arenas()  # before any thread starts
 
-from runtime.cli import main  # noqa: E402
-from runtime.private import private_umask  # noqa: E402
+from runtime.cli.main import main  # noqa: E402
+from runtime.process.private import private_umask  # noqa: E402
 
 
 def run() -> None:

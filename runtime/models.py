@@ -1,5 +1,5 @@
 """Typed rows the engine reads and writes (msgspec structs; asyncpg records stay in
-:mod:`runtime.repository`)."""
+:mod:`runtime.jobs.postgres`)."""
 
 from __future__ import annotations
 

@@ -91,7 +91,7 @@ class Stage(Protocol):
 #: (:func:`holds_entry` reads it.)
 #:
 #: A stage may also declare ``providers``: a sequence of
-#: :class:`runtime.providers.ProviderSpec` its jobs call. The engine then holds the
+#: :class:`runtime.providers.specs.ProviderSpec` its jobs call. The engine then holds the
 #: stage's claims while one of their circuits is open and meters calls made through
 #: :meth:`JobContext.calling` against the fleet's budget. It is optional, so it is not
 #: part of the Protocol.

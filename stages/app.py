@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import uuid
 
-from runtime.api import Plugin, Pool
-from stages import model_cli, sources, store
-from stages.cli import delete, reprocess, search, verify_cmd
-from stages.cli_ingest import ingest
-from stages.cli_submit import submit
-from stages.pipeline import DEFAULT_CONCURRENCY, STAGES, build
-from stages.serve.cli import serve
+from runtime.api import BuildContext, Pipeline, Plugin, Pool
+from stages.cli import models as model_cli
+from stages.cli.documents import delete, reprocess, search, verify_cmd
+from stages.cli.ingest import ingest
+from stages.cli.serve import serve
+from stages.cli.submit import submit
+from stages.cli.sync import sync
+from stages.db import checkpoints as store
+from stages.db import sources
+from stages.pipeline import DEFAULT_CONCURRENCY, STAGES, pipeline_for
 from stages.settings import PIPELINE_SETTINGS
-from stages.sync_cli import sync
 
 
 async def status_notes(pool: Pool, document_id: uuid.UUID | None) -> list[str]:
@@ -59,7 +61,8 @@ def origin_line(origin: sources.Origin) -> str:
 async def model_notes(pool: Pool) -> list[str]:
     """A model migration's progress, and documents per collection (when there are
     collections beside ``default``); nothing otherwise."""
-    from stages import migrate_model, model_switch
+    from stages.actions import migrate_model
+    from stages.db import model_switch
 
     lines = []
     found = await migrate_model.progress(pool)
@@ -71,6 +74,13 @@ async def model_notes(pool: Pool) -> list[str]:
         per = {n: sum(int(r["n"]) for r in counts if r["collection"] == n) for n in names}
         lines.append("collections: " + ", ".join(f"{n} {per[n]}" for n in names))
     return lines
+
+
+def build(ctx: BuildContext) -> Pipeline:
+    """The five stages over this process's services (the plugin's factory)."""
+    from stages.services import services_for  # the adapters' factories load on first use
+
+    return pipeline_for(services_for(ctx))
 
 
 plugin = Plugin(

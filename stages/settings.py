@@ -17,24 +17,21 @@ from collections.abc import Mapping
 import msgspec
 
 from runtime.api import ConfigurationError, EnvReader, Setting
-from stages.chunking import MIN_CHUNK_TOKENS, ChunkConfig
+from stages.parsing.formats.unit import (
+    DEFAULT_MAX_IMAGE_PIXELS,
+    DEFAULT_MIN_IMAGE_BYTES,
+    DEFAULT_MIN_IMAGE_PX,
+)
+from stages.text.chunking import MIN_CHUNK_TOKENS, ChunkConfig
 
-# The image defaults live here, not in stages.pdf, so that reading settings (the server
-# does) never loads PyMuPDF.
-#: An image narrower or shorter than this (in pixels) is an icon, bullet or rule.
-DEFAULT_MIN_IMAGE_PX = 32
-#: An image whose encoded bytes are fewer than this carries nothing worth describing.
-DEFAULT_MIN_IMAGE_BYTES = 1024
-#: Declared width * height above this is skipped before decoding: a decompression bomb
-#: (a tiny stream declaring a gigapixel image) would otherwise need gigabytes to decode.
-#: 40 Mpx is a 300-dpi full-page scan of A3 with room to spare.
-DEFAULT_MAX_IMAGE_PIXELS = 40_000_000
 #: Embedding requests per minute to a metered provider, fleet-wide (0: unlimited).
 DEFAULT_EMBED_RPM = 1000
 #: Tokens per minute to the embedding provider, fleet-wide (0: unlimited).
 DEFAULT_EMBED_TPM = 0
 #: Vision requests per minute, fleet-wide (0: unlimited).
 DEFAULT_VISION_RPM = 0
+#: The local embedding model's key (as `Embedder.model` spells it); `local` names it too.
+LOCAL_EMBEDDER_KEY = "local/all-MiniLM-L6-v2-int8"
 
 _HTTP = ("http", "https")
 
@@ -131,7 +128,7 @@ class VisionSettings(CohereKnobs, frozen=True, kw_only=True):
 
 
 class MinioConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """Connection settings for :class:`stages.minio_store.MinioStore`."""
+    """Connection settings for :class:`stages.adapters.assets.minio.MinioStore`."""
 
     endpoint: str
     access_key: str | None = None

@@ -21,7 +21,7 @@ import anyio
 import asyncpg
 
 from bench.harness.pipelines import EFFECTS_DDL
-from runtime.migrate import migrate
+from runtime.db.migrate import migrate
 
 
 def with_database(dsn: str, name: str) -> str:
@@ -36,7 +36,7 @@ def server_dsn() -> Iterator[str]:
     if url:
         yield url
         return
-    from runtime.embedded import embedded_postgres
+    from runtime.db.embedded import embedded_postgres
 
     with tempfile.TemporaryDirectory(prefix="ragline-test-pg-") as tmp:
         # mkdtemp makes it 0700; as root the server runs as another user, who must be able

@@ -16,7 +16,7 @@ import msgspec
 
 from bench.harness.fake_cohere import Stats
 from bench.harness.procs import WorkerProcess, worker_env
-from runtime.documents import DocumentRepository
+from runtime.jobs.documents import DocumentRepository
 from runtime.models import NewDocument
 
 PROVIDER_PIPELINE = "bench.harness.pipelines:provider_plugin"

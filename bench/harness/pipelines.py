@@ -23,7 +23,7 @@ import anyio
 from runtime.errors import PermanentError, RateLimited, TransientError
 from runtime.models import Job
 from runtime.plugin import BuildContext, Plugin
-from runtime.providers import ProviderSpec
+from runtime.providers.specs import ProviderSpec
 from runtime.stage import DbConn, JobContext, Pipeline
 
 STAGES = ("parse", "chunk", "vision", "embed", "index")
@@ -127,7 +127,7 @@ class ProviderCallStage(ScriptedStage):
     ``COHERE_BASE_URL``; for worker processes sharing one budget."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
-        from stages.embedder import CohereEmbedder, CohereEmbedderConfig
+        from stages.adapters.embedder.cohere import CohereEmbedder, CohereEmbedderConfig
 
         super().__init__("embed", noop=True)
         self.embedder = CohereEmbedder(

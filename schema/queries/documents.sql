@@ -42,6 +42,14 @@ SET generation = generation + CASE WHEN $3 THEN 1 ELSE 0 END,
 WHERE id = $1
 RETURNING generation;
 
+-- name: retire_document
+-- Stop a document about to be deleted: a new generation with no job, so a worker still
+-- running one of the old generation's jobs commits nothing (cancel_document_jobs).
+-- $1 id
+UPDATE documents SET generation = generation + 1, updated_at = now()
+WHERE id = $1
+RETURNING generation;
+
 -- name: delete_documents
 -- Delete documents (their jobs and checkpoints cascade).
 -- $1 ids

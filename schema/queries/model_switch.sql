@@ -1,5 +1,5 @@
--- Named queries for collections and the switch of embedding model (stages.collections,
--- stages.model_switch).
+-- Named queries for collections and the switch of embedding model (stages.ports.collections,
+-- stages.db.model_switch).
 
 -- name: get_alias
 -- The live vector collection of an alias.

@@ -1,5 +1,5 @@
 -- Named queries on providers: the circuit and the budgets every worker process shares
--- (runtime/providers.py). A provider row is locked only for the length of one statement,
+-- (runtime/providers/specs.py). A provider row is locked only for the length of one statement,
 -- so the callers of one provider queue on it for about a round trip each.
 
 -- name: register_providers

@@ -1,7 +1,7 @@
 -- Named queries on stage_jobs: the life of a job (docs/architecture.md, "A job's life").
 -- Every "now" is `coalesce($n, now())` so tests can pin the database clock.
 -- Workers run these as generic plans (plan_cache_mode = force_generic_plan, see
--- runtime/worker.py): replanning the big ones costs more than running them, so each is
+-- runtime/worker/worker.py): replanning the big ones costs more than running them, so each is
 -- written to be index lookups whatever the parameters (= ANY(ARRAY(...)) rather than joins
 -- on CTEs, whose row counts a generic plan cannot know).
 

@@ -36,7 +36,7 @@ WHERE last_seen_at >= now() - make_interval(secs => $1) ORDER BY id;
 -- name: codec_types
 -- The types whose codecs asyncpg looks up in the catalog the first time a connection's
 -- statement uses them (arrays the queries bind, ragline's enums), as SQL type names:
--- runtime.database.prime_codecs names them all in one statement on each new connection.
+-- runtime.db.connect.prime_codecs names them all in one statement on each new connection.
 SELECT format_type(t.oid, NULL) AS name
 FROM pg_type AS t
 WHERE (t.typtype = 'e' AND t.typname LIKE 'ragline\_%'

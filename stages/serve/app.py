@@ -16,7 +16,9 @@ from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.static_files import create_static_files_router
 
 from runtime.api import EventHub, open_pool
-from stages.serve import api, events, ops, web
+from stages.serve import http_api as api
+from stages.serve import ops, web
+from stages.serve import sse as events
 from stages.serve.auth import TokenAuth
 from stages.serve.context import ServeContext
 from stages.serve.problems import on_http_error, on_unexpected

@@ -13,7 +13,7 @@ from stages.serve.config import ServeConfig
 from stages.serve.problems import problem
 
 if TYPE_CHECKING:
-    from stages.services import Services
+    from stages.ports.services import Services
 
 
 class ServeContext:

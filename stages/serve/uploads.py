@@ -29,10 +29,10 @@ from litestar.exceptions import InternalServerException
 
 import schema
 from runtime.api import DocumentRepository, InvalidDocument, NewDocument, Submitted
-from stages.assets import AssetStore, Stored, original_key
-from stages.formats.detect import by_media_type, detect
+from stages.actions.submit import FIRST_STAGE, PDF, new_document
+from stages.parsing.formats.detect import by_media_type, detect
+from stages.ports.assets import AssetStore, Stored, original_key
 from stages.serve.problems import problem
-from stages.submit import FIRST_STAGE, PDF, new_document
 
 Q = schema.load("serve")
 
@@ -114,7 +114,7 @@ class Spool:
 
 def check_type(filename: str, size: int, path: Path) -> str:
     """The checks ``submit`` makes: not empty, a type ragline reads (detected from the
-    content, stages/formats/detect.py); its media type."""
+    content, stages/parsing/formats/detect.py); its media type."""
     if size == 0:
         raise problem(400, f"{filename}: empty body (0 bytes)")
     try:
@@ -250,8 +250,7 @@ async def put_spooled(assets: AssetStore, key: str, spooled: Spooled) -> Stored:
     """Into the asset store: renamed into place when the store is a directory on the same
     file system (one write of the bytes in all), else copied or uploaded. Returns what is
     stored, as :meth:`AssetStore.put_stream` does (the spool hashed and counted it)."""
-    move_in = getattr(assets, "move_file_in", None)
-    if move_in is None or not await move_in(key, spooled.path):
+    if not await assets.move_file_in(key, spooled.path):
         await assets.put_file(key, spooled.path, spooled.media_type)
     return Stored(key=key, sha256=spooled.sha256, size=spooled.byte_size)
 

@@ -20,8 +20,8 @@ from litestar.params import Body
 from litestar.response import Redirect
 
 from runtime.api import ProviderState
-from stages.formats import FORMATS, SUFFIXES
-from stages.serve import api
+from stages.parsing.formats import FORMATS, SUFFIXES
+from stages.serve import http_api as api
 from stages.serve.auth import COOKIE, token_ok
 from stages.serve.context import ServeContext, document_id
 

@@ -27,7 +27,7 @@ import schema
 from bench.harness.cli import Cli, Result
 from bench.harness.db import Databases, sql
 from bench.harness.procs import REPO, wait_for
-from runtime.cli_app import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from runtime.cli.app import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from tests.support.pdfs import write_encrypted_pdf, write_textless_pdf, write_truncated_pdf
 
 SAMPLES = REPO / "samples"
@@ -534,7 +534,7 @@ def own_logging() -> Iterator[None]:
 def test_command_help(command: tuple[str, ...]) -> None:
     # In-process (the same click objects ``python -m runtime`` runs): a subprocess per
     # command would cost ~3 s of imports each.
-    from runtime.cli import main
+    from runtime.cli.main import main
 
     result = CliRunner().invoke(
         main, [*command, "--help"], prog_name="python -m runtime", env={"RAGLINE_PIPELINE": None}

@@ -14,7 +14,7 @@ import pytest
 from bench.harness.cli import Cli
 from bench.harness.db import sql
 from bench.harness.procs import REPO
-from runtime.cli_app import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from runtime.cli.app import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from tests.support.pipeline_env import FAKE_DIMS, TimedCohere, cohere_env
 
 SAMPLES = REPO / "samples"

@@ -29,7 +29,7 @@ import pytest
 from bench.harness.cli import Cli
 from bench.harness.db import sql
 from bench.harness.procs import REPO, wait_for
-from runtime.cli_app import EXIT_OK
+from runtime.cli.app import EXIT_OK
 from tests.support.pipeline_env import FAKE_DIMS, TimedCohere, cohere_env, long_pdf
 
 SAMPLES = REPO / "samples"
@@ -72,7 +72,7 @@ class Probe:
         self.thread = threading.Thread(target=lambda: asyncio.run(self._loop()), daemon=True)
 
     async def _loop(self) -> None:
-        from stages.model_switch import search_live
+        from stages.actions.search import search_live
         from stages.services import Services
 
         services = Services(self.env, self.data_dir)

@@ -23,12 +23,12 @@ import pytest
 
 from bench.harness.cli import Cli
 from bench.harness.procs import REPO
-from runtime.cli_app import EXIT_FAILED, EXIT_OK
-from runtime.database import open_pool
-from runtime.documents import DocumentRepository
-from stages.assets import Stored
-from stages.dir_store import DirStore
-from stages.submit import submit
+from runtime.cli.app import EXIT_FAILED, EXIT_OK
+from runtime.db.connect import open_pool
+from runtime.jobs.documents import DocumentRepository
+from stages.actions.submit import submit
+from stages.adapters.assets.directory import DirStore
+from stages.ports.assets import Stored
 from tests.support.pdfs import write_truncated_pdf
 
 pytestmark = pytest.mark.anyio
@@ -82,8 +82,8 @@ async def test_recorded_hash_is_the_hash_of_the_stored_bytes(dsn: str, tmp_path:
 _KILLED_WRITER = """
 import sys, time, uuid, anyio
 from pathlib import Path
-from stages.assets import original_key
-from stages.dir_store import DirStore
+from stages.ports.assets import original_key
+from stages.adapters.assets.directory import DirStore
 
 async def chunks():
     yield b"%PDF-1.7 " + b"x" * 100_000

@@ -24,7 +24,7 @@ from bench.harness.cli import Cli, Result
 from bench.harness.db import sql
 from bench.harness.fake_cohere import FakeCohere
 from bench.harness.procs import wait_for
-from runtime.cli_app import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from runtime.cli.app import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from stages.services import Services
 from tests.made_formats import MAKERS, TOPICS
 from tests.support.pdfs import pymupdf
@@ -72,7 +72,7 @@ def index_state(cli: Cli) -> IndexState:
     async def go() -> IndexState:
         services = Services(cli.env, cli.data_dir)
         async with services.lifespan():
-            refs = await services.index.scan(services.collection)
+            refs = await services.index.scan(services.vector_collection)
         conn = await asyncpg.connect(cli.dsn)
         try:
             rows = await conn.fetch(

@@ -7,7 +7,7 @@ The lease is 600 s and the test waits at most 60 s: only the takeover can finish
 from __future__ import annotations
 
 from bench.harness.procs import StartWorker
-from runtime.identity import dead_here, new_worker_id
+from runtime.process.identity import dead_here, new_worker_id
 from tests.support.jobs import effects, job_state, kill_mid_chunk
 
 LONG_LEASE = ("--lease", "600", "--rescue-every", "0.3", "--poll", "0.2")

@@ -1,4 +1,4 @@
-"""One conformance suite for the worker's port (runtime.jobstore.JobStore): every test
+"""One conformance suite for the worker's port (runtime.jobs.store.JobStore): every test
 runs against the asyncpg repository on a throwaway database and against the in-memory
 store the worker's unit tests use, so the fake cannot drift from the real thing."""
 
@@ -13,11 +13,11 @@ import asyncpg
 import msgspec
 import pytest
 
-from runtime.documents import DocumentRepository
-from runtime.jobstore import Claim, Deferral, JobStore, Release
-from runtime.memory_store import MemoryStore
+from runtime.jobs.documents import DocumentRepository
+from runtime.jobs.in_memory import MemoryStore
+from runtime.jobs.postgres import JobRepository
+from runtime.jobs.store import Claim, Deferral, JobStore, Release
 from runtime.models import Failure, Job, JobRow, JobState, NewDocument, NewJob
-from runtime.repository import JobRepository
 from runtime.stage import DbConn
 
 pytestmark = pytest.mark.anyio

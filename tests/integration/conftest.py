@@ -19,8 +19,8 @@ from typing import Protocol
 import pytest
 
 from bench.harness.fake_cohere import FakeCohere
-from runtime.embedded import EmbeddedPostgres
-from stages.vector_index import VectorIndex
+from runtime.db.embedded import EmbeddedPostgres
+from stages.ports.vector_index import VectorIndex
 from tests.support.embedded_helpers import (
     Child,
     LockedPgserver,
@@ -44,8 +44,8 @@ async def index(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     """Each vector index in turn, for one conformance suite: QdrantIndex on qdrant-client's
     local mode (":memory:"), EdgeIndex on a tmp dir."""
     # Imported here: qdrant-client takes half a second to import, and most tests need none.
-    from stages.edge_index import EdgeIndex, EdgeIndexConfig
-    from stages.qdrant_index import QdrantConfig, QdrantIndex
+    from stages.adapters.vector_index.edge.index import EdgeIndex, EdgeIndexConfig
+    from stages.adapters.vector_index.qdrant import QdrantConfig, QdrantIndex
 
     made: VectorIndex
     if request.param == "edge":

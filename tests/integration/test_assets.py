@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import ConfigurationError, MissingInput, TransientError
-from stages.assets import AssetStore, document_prefix, image_key, original_key, validate_key
-from stages.dir_store import DirStore
-from stages.minio_store import MinioConfig, MinioStore
+from stages.adapters.assets.directory import DirStore
+from stages.adapters.assets.minio import MinioConfig, MinioStore
+from stages.ports.assets import AssetStore, document_prefix, image_key, original_key, validate_key
 from stages.services import asset_store
 from stages.settings import PipelineSettings
 from tests.support.s3 import S3Server, closed_port

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from stages import store
 from stages.app import status_notes
+from stages.db import checkpoints as store
 from tests.support.pipeline_env import PipelineEnv, TimedCohere, cohere_env, pipeline_env, sample
 
 pytestmark = pytest.mark.anyio

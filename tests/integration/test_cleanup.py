@@ -9,9 +9,11 @@ import pytest
 
 from bench.harness.fake_cohere import Fault
 from runtime.models import DocumentStatus, JobState
-from stages import migrate_model, store
-from stages.vector_index import collection_name, new_point
-from stages.verify import delete_everywhere, repair, verify
+from stages.actions import migrate_model
+from stages.actions.documents import delete_points
+from stages.actions.verify import repair, verify
+from stages.db import checkpoints as store
+from stages.ports.vector_index import new_point, vector_collection_name
 from tests.integration.conftest import OpenPipeline
 from tests.support.pipeline_env import FAKE_DIMS, PipelineEnv, TimedCohere, sample
 
@@ -33,7 +35,7 @@ async def test_the_sweep_failing_an_index_job_removes_its_partial_points(
         [job] = await env.jobs.claim("index", "gone:1:dead", 1, 30)
         rows = await store.chunk_vectors(env.pool, doc_id, env.probe.embedder.model)
         partial = [new_point(doc_id, r.ordinal, job.generation, r.vector or []) for r in rows[:2]]
-        collection = env.probe.collection
+        collection = env.probe.vector_collection
         await env.probe.index.ensure_collection(collection, FAKE_DIMS)
         await env.probe.index.upsert(collection, partial)
         await env.probe.aclose()  # let the worker's process have the embedded index
@@ -60,7 +62,7 @@ async def test_verify_covers_failed_documents_and_every_collection(
     async with cohere_pipeline(fake_cohere) as env:
         ids = await env.submit_all([sample("sourdough.pdf"), sample("lighthouses.pdf")])
         await env.run()
-        old = env.probe.collection
+        old = env.probe.vector_collection
         assert (await verify(env.pool, env.probe)).clean
 
         # Another dimension is another vector space, another collection: re-embed and
@@ -71,14 +73,14 @@ async def test_verify_covers_failed_documents_and_every_collection(
         await env.pool.execute(
             "UPDATE vector_aliases SET model = $1, dimensions = 32, collection = $2",
             "cohere/embed-v4.0@32",
-            collection_name("cohere/embed-v4.0@32", 32),
+            vector_collection_name("cohere/embed-v4.0@32", 32),
         )
         for doc_id in ids:
             await env.docs.reprocess(doc_id, "embed")
         await env.run(env=switched)
         services = env.services(**switched)
-        new = services.collection
-        assert new == collection_name("cohere/embed-v4.0@32", 32) and new != old
+        new = services.vector_collection
+        assert new == vector_collection_name("cohere/embed-v4.0@32", 32) and new != old
         report = await verify(env.pool, services)
         assert {p.document_id: p.other_collections for p in report.problems} == {
             str(d): [old] for d in ids
@@ -118,6 +120,6 @@ async def test_delete_removes_points_from_every_collection(
         collections = await services.index.collections()
         assert len(collections) == 2
         assert all([await points_in(env, c, doc_id) > 0 for c in collections])
-        await delete_everywhere(services, doc_id)
+        await delete_points(services, doc_id)
         await services.aclose()
         assert [await points_in(env, c, doc_id) for c in collections] == [0, 0]

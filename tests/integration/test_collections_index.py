@@ -15,24 +15,24 @@ import pytest
 import qdrant_edge as qe
 
 from runtime.errors import MissingInput
-from stages.edge_index import EdgeIndex, EdgeIndexConfig
-from stages.qdrant_index import QdrantConfig, QdrantIndex
-from stages.vector_index import (
+from stages.adapters.vector_index.edge.index import EdgeIndex, EdgeIndexConfig
+from stages.adapters.vector_index.qdrant import QdrantConfig, QdrantIndex
+from stages.ports.vector_index import (
     COLLECTION_FIELD,
     DOCUMENT_FIELD,
     GENERATION_FIELD,
     Hit,
     Point,
     VectorIndex,
-    collection_name,
     new_point,
+    vector_collection_name,
 )
 
 pytestmark = pytest.mark.anyio
 
 DIM = 8
-OLD = collection_name("model-a", DIM)
-NEW = collection_name("model-b", DIM)
+OLD = vector_collection_name("model-a", DIM)
+NEW = vector_collection_name("model-b", DIM)
 
 
 @pytest.fixture

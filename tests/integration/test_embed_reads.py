@@ -9,7 +9,7 @@ import uuid
 import asyncpg
 import pytest
 
-from stages import store
+from stages.db import checkpoints as store
 
 pytestmark = pytest.mark.anyio
 

@@ -16,9 +16,9 @@ from bench.harness.fake_cohere import Fault
 from bench.standins import hash_vectors
 from runtime.errors import TransientError
 from runtime.models import DocumentStatus, JobRow, JobState
-from runtime.providers import CircuitConfig
-from stages import store
-from stages.embedder import LocalEmbedder, LocalEmbedderConfig
+from runtime.providers.specs import CircuitConfig
+from stages.adapters.embedder.local import LocalEmbedder, LocalEmbedderConfig
+from stages.db import checkpoints as store
 from tests.integration.conftest import OpenPipeline
 from tests.support.pipeline_env import (
     PipelineEnv,

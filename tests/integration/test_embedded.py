@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-import runtime.embedded._accounts
-from runtime.embedded import EmbeddedPostgres, embedded_postgres
-from runtime.embedded._accounts import service_user
+import runtime.db.embedded._accounts
+from runtime.db.embedded import EmbeddedPostgres, embedded_postgres
+from runtime.db.embedded._accounts import service_user
 from runtime.errors import ConfigurationError, DatabaseUnavailable
 from tests.support.embedded_helpers import (
     REPO_ROOT,
@@ -215,7 +215,7 @@ def test_root_places_a_cluster_its_user_cannot_reach_under_var_tmp(
     outside = outside_location(data_dir)
     cluster = EmbeddedPostgres(data_dir)
 
-    with caplog.at_level(logging.INFO, logger="runtime.embedded"):
+    with caplog.at_level(logging.INFO, logger="runtime.db.embedded"):
         dsn = cluster.acquire()
 
     assert (data_dir / "pg.location").read_text().strip() == str(outside)
@@ -259,7 +259,7 @@ def test_root_does_not_move_an_existing_cluster_its_user_cannot_reach(
 
 _ACQUIRE_AND_REPORT = """
 import pathlib, sys
-from runtime.embedded import EmbeddedPostgres
+from runtime.db.embedded import EmbeddedPostgres
 from runtime.errors import ConfigurationError
 try:
     EmbeddedPostgres(pathlib.Path(sys.argv[1])).acquire()
@@ -338,9 +338,9 @@ def test_root_without_a_postgres_user_creates_one_and_runs_the_cluster_as_it(
 ) -> None:
     # A fresh python image as root: no user postgres, a checkout under /root (mode 0700).
     monkeypatch.setattr(
-        runtime.embedded._accounts, "EXISTING_SERVICE_USER", f"{throwaway_user_name}-x"
+        runtime.db.embedded._accounts, "EXISTING_SERVICE_USER", f"{throwaway_user_name}-x"
     )
-    monkeypatch.setattr(runtime.embedded._accounts, "SERVICE_USER", throwaway_user_name)
+    monkeypatch.setattr(runtime.db.embedded._accounts, "SERVICE_USER", throwaway_user_name)
     home = embedded_base / "root"
     home.mkdir(mode=0o700)
     data_dir = home / "checkout" / ".ragline"

@@ -18,14 +18,11 @@ from cohere.core.api_error import ApiError
 
 from bench.harness.fake_cohere import FakeCohere, Fault, FaultRates, fake_vector
 from runtime.errors import ConfigurationError, PermanentError, RateLimited, TransientError
-from stages.cohere_errors import retry_after_s
-from stages.embedder import (
-    CohereEmbedder,
-    CohereEmbedderConfig,
-    LocalEmbedder,
-    embedder_for,
-)
-from stages.embedder_protocol import Embedder
+from stages.adapters.cohere import retry_after_s
+from stages.adapters.embedder.cohere import CohereEmbedder, CohereEmbedderConfig
+from stages.adapters.embedder.local import LocalEmbedder
+from stages.ports.embedder import Embedder
+from stages.services import embedder_for
 from stages.settings import PipelineSettings
 
 DIMS = 32
@@ -356,7 +353,7 @@ async def test_local_inference_leaves_the_event_loop_free(local: LocalEmbedder) 
 
 
 def test_local_missing_model_file_is_a_configuration_error(tmp_path: Path) -> None:
-    from stages.embedder import LocalEmbedderConfig
+    from stages.adapters.embedder.local import LocalEmbedderConfig
 
     with pytest.raises(ConfigurationError, match="missing model file"):
         LocalEmbedder(LocalEmbedderConfig(model_path=f"{tmp_path}/nope.onnx"))

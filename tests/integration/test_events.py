@@ -11,11 +11,11 @@ import anyio
 import asyncpg
 import pytest
 
-from runtime import events as events_mod
-from runtime.documents import DocumentRepository
-from runtime.events import DocumentEvent, EventHub
+from runtime.jobs import events as events_mod
+from runtime.jobs.documents import DocumentRepository
+from runtime.jobs.events import DocumentEvent, EventHub
+from runtime.jobs.postgres import JobRepository
 from runtime.models import NewDocument
-from runtime.repository import JobRepository
 
 pytestmark = pytest.mark.anyio  # on uvloop (conftest), as the server runs
 

@@ -15,12 +15,13 @@ import pytest
 
 from bench.harness.procs import StartWorker, WorkerProcess
 from runtime.errors import LeaseLost
-from runtime.inflight import Context
 from runtime.models import DocumentStatus, JobState
-from stages import index as index_stage
-from stages import store, verify
-from stages.index import IndexStage
-from stages.vector_index import point_id
+from runtime.worker.inflight import Context
+from stages.actions import verify
+from stages.db import checkpoints as store
+from stages.pipeline import index as index_stage
+from stages.pipeline.index import IndexStage
+from stages.ports.vector_index import point_id
 from tests.support.pipeline_env import (
     PipelineEnv,
     TimedCohere,
@@ -193,7 +194,7 @@ async def test_shrinking_reprocess_leaves_no_orphan_points(
         chunks = await env.chunks(target)
         assert new == {point_id(target, c.ordinal) for c in chunks}
         assert len(new) < len(old) and new < old  # ids are per ordinal: a strict subset
-        everything = await env.probe.index.scan(env.probe.collection)
+        everything = await env.probe.index.scan(env.probe.vector_collection)
         assert {r.document_id for r in everything} == {str(i) for i in ids}
         assert not [r for r in everything if r.id in old - new]
         await assert_all_indexed(env, ids)

@@ -12,8 +12,8 @@ import qdrant_edge as qe
 
 from bench.index_parts import measure_index_parts
 from bench.standins import ZeroEmbedder, hash_vectors
-from stages import store
-from stages.index import SLICE_POINTS
+from stages.db import checkpoints as store
+from stages.pipeline.index import SLICE_POINTS
 
 pytestmark = pytest.mark.anyio
 

@@ -11,11 +11,11 @@ import anyio
 import asyncpg
 import pytest
 
-from runtime.database import prime_codecs
-from runtime.documents import DocumentRepository
-from runtime.jobstore import Claim
+from runtime.db.connect import prime_codecs
+from runtime.jobs.documents import DocumentRepository
+from runtime.jobs.postgres import JobRepository
+from runtime.jobs.store import Claim
 from runtime.models import DocumentStatus, Failure, Job, JobState, NewDocument
-from runtime.repository import JobRepository
 from runtime.stage import DbConn
 from tests.support.notify import Heard, listening
 

@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 
-from runtime.worker import Worker
-from runtime.worker_config import WorkerConfig
-from stages import migrate_model, model_switch
+from runtime.worker.config import WorkerConfig
+from runtime.worker.worker import Worker
+from stages.actions import migrate_model
+from stages.actions.search import search_live
+from stages.adapters.vector_index.qdrant import QdrantConfig, QdrantIndex
+from stages.db import model_switch
 from stages.pipeline import pipeline_for
-from stages.qdrant_index import QdrantConfig, QdrantIndex
-from stages.services import Services
+from stages.services import Services, embedder_for_key
 from tests.integration.conftest import OpenPipeline
 from tests.support.pipeline_env import (
     FAKE_DIMS,
@@ -92,7 +94,7 @@ async def test_switch_on_qdrant_moves_the_alias_and_drops_the_old_collection(
         assert marked == 1
         # Search still answers from the old collection, whole.
         chunks = await chunk_counts(env)
-        live, hits = await model_switch.search_live(env.pool, svc, "sourdough", 1000, None)
+        live, hits = await search_live(env.pool, svc, "sourdough", 1000, None)
         assert live == old and len(hits) == sum(chunks.values())
 
         done = await migrate_model.migrate(env.pool, svc, MODEL_B)
@@ -106,7 +108,7 @@ async def test_switch_on_qdrant_moves_the_alias_and_drops_the_old_collection(
         assert await index.collections() == [new.collection]
         assert await points_per_document(index, new.collection) == chunks
         text = await env.pool.fetchval("SELECT text FROM chunks ORDER BY ordinal LIMIT 1")
-        live, hits = await model_switch.search_live(env.pool, svc, text, 1000, None)
+        live, hits = await search_live(env.pool, svc, text, 1000, None)
         assert live == new and len(hits) == sum(chunks.values())
         assert hits[0].payload["text"] == text and hits[0].score > 0.999
         await svc.aclose()
@@ -142,9 +144,9 @@ def test_unknown_model_keys_are_refused_in_one_line() -> None:
 
     for key in ("openai/text-3", "cohere/embed-v4.0", "cohere/@12"):
         with pytest.raises(ConfigurationError, match="unknown embedding model"):
-            model_switch.embedder_for_key({"COHERE_API_KEY": "k"}, key)
+            embedder_for_key({"COHERE_API_KEY": "k"}, key)
     with pytest.raises(ConfigurationError, match="needs COHERE_API_KEY"):
-        model_switch.embedder_for_key({}, "cohere/embed-b@64")
+        embedder_for_key({}, "cohere/embed-b@64")
 
 
 async def test_a_document_reprocessed_while_migrated_is_done_again_at_its_generation(

@@ -24,12 +24,13 @@ import pytest
 
 from runtime.errors import InvalidDocument
 from runtime.models import DocumentStatus, JobState
-from stages import store, verify
-from stages.parse import ParseStage
-from stages.parser_process import ParserProcess
-from stages.parser_wire import ParseRequest
+from stages.actions import verify
+from stages.db import checkpoints as store
+from stages.parsing.process import ParserProcess
+from stages.parsing.wire import ParseRequest
 from stages.pipeline import STAGES
-from stages.vector_index import new_point
+from stages.pipeline.parse import ParseStage
+from stages.ports.vector_index import new_point
 from tests.integration.conftest import OpenPipeline
 from tests.support.corpus import corpus_pdfs
 from tests.support.pipeline_env import (
@@ -300,13 +301,13 @@ async def test_verify_reports_damage_and_repair_converges(
 
         env.delete_point_directly(lost_point, ordinal=1)
         await env.probe.index.upsert(
-            env.probe.collection, [new_point(bogus_point, 999, 1, [0.1] * 64, payload={})]
+            env.probe.vector_collection, [new_point(bogus_point, 999, 1, [0.1] * 64, payload={})]
         )
         asset = (await env.doc_assets(lost_image))[0]
         await env.probe.assets.delete(asset.object_key)
         orphan = uuid.uuid4()
         await env.probe.index.upsert(
-            env.probe.collection, [new_point(orphan, 0, 1, [0.2] * 64, payload={})]
+            env.probe.vector_collection, [new_point(orphan, 0, 1, [0.2] * 64, payload={})]
         )
 
         report = await verify.verify(env.pool, env.probe)

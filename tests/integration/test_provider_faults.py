@@ -13,9 +13,9 @@ import anyio
 import pytest
 
 from bench.harness.fake_cohere import FaultRates
-from runtime.commands import timeline
+from runtime.cli.commands import timeline
 from runtime.models import DocumentStatus, JobState
-from runtime.providers import CircuitConfig, provider_states
+from runtime.providers.specs import CircuitConfig, provider_states
 from tests.integration.conftest import OpenPipeline
 from tests.support.pipeline_env import SAMPLES, PipelineEnv, TimedCohere, long_pdf, sample
 
@@ -116,7 +116,7 @@ async def test_a_400_rejecting_base64_switches_the_process_to_float_once(
     with TimedCohere(dims=64, reject_base64=True) as fake:
         async with cohere_pipeline(fake) as env:
             ids = await env.submit_all(sample(name) for name in SAMPLES)
-            with caplog.at_level(logging.WARNING, logger="stages.embedder"):
+            with caplog.at_level(logging.WARNING, logger="stages.adapters.embedder.cohere"):
                 await env.run()
             await assert_all_ready_no_attempt_spent(env, ids)
         # One refused request in the whole run, then float for every document.

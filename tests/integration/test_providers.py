@@ -16,15 +16,15 @@ import pytest
 from prometheus_client import REGISTRY
 
 from bench.harness.pipelines import STAGES, ScriptedStage
-from runtime.documents import DocumentRepository
 from runtime.errors import PermanentError, ProviderUnavailable, RateLimited, TransientError
+from runtime.jobs.documents import DocumentRepository
+from runtime.jobs.postgres import JobRepository
 from runtime.models import DocumentStatus, JobState, NewDocument
-from runtime.provider_gate import Providers
-from runtime.providers import CircuitConfig, ProviderSpec, provider_states
-from runtime.repository import JobRepository
+from runtime.providers.gate import Providers
+from runtime.providers.specs import CircuitConfig, ProviderSpec, provider_states
 from runtime.stage import JobContext, Pipeline
-from runtime.worker import Worker
-from runtime.worker_config import WorkerConfig
+from runtime.worker.config import WorkerConfig
+from runtime.worker.worker import Worker
 from tests.support.notify import listening
 
 pytestmark = pytest.mark.anyio
@@ -80,7 +80,7 @@ async def test_consecutive_failures_across_processes_open_the_circuit(
     await fail(b)
     assert gauge() == 0
     async with listening(dsn) as heard:
-        with caplog.at_level(logging.INFO, logger="runtime.providers"):
+        with caplog.at_level(logging.INFO, logger="runtime.providers.specs"):
             assert await heard.after(fail(a)) == [f"provider:{NAME}"]
             await fail(b)  # a failure while open is no transition
     transitions = [r.getMessage() for r in caplog.records if "circuit" in r.getMessage()]

@@ -11,9 +11,10 @@ import anyio
 import asyncpg
 import pytest
 
-from stages import sources, store
-from stages.assets import image_key, original_key
-from stages.dir_store import DirStore
+from stages.adapters.assets.directory import DirStore
+from stages.db import checkpoints as store
+from stages.db import sources
+from stages.ports.assets import image_key, original_key
 
 pytestmark = pytest.mark.anyio
 

@@ -28,25 +28,25 @@ from runtime.errors import (
     Snooze,
     TransientError,
 )
-from stages.edge_index import EdgeIndex, EdgeIndexConfig
-from stages.edge_session import is_wanted, lock_collection
-from stages.qdrant_index import QdrantConfig, QdrantIndex
-from stages.services import vector_index
-from stages.settings import PipelineSettings
-from stages.vector_index import (
+from stages.adapters.vector_index.edge.index import EdgeIndex, EdgeIndexConfig
+from stages.adapters.vector_index.edge.session import is_wanted, lock_collection
+from stages.adapters.vector_index.qdrant import QdrantConfig, QdrantIndex
+from stages.ports.vector_index import (
     Point,
     VectorIndex,
-    collection_name,
     new_point,
     point_id,
+    vector_collection_name,
 )
+from stages.services import vector_index
+from stages.settings import PipelineSettings
 from tests.support.s3 import closed_port
 
 pytestmark = pytest.mark.anyio
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DIM = 8
-COLLECTION = collection_name("test-model", DIM)
+COLLECTION = vector_collection_name("test-model", DIM)
 
 
 def unit(i: int, dim: int = DIM) -> list[float]:
@@ -126,7 +126,7 @@ async def test_search_returns_nearest_first(index: VectorIndex) -> None:
 
 
 async def test_missing_collection(index: VectorIndex) -> None:
-    missing = collection_name("never-created", DIM)
+    missing = vector_collection_name("never-created", DIM)
     with pytest.raises(MissingInput):
         await index.count(missing)
     with pytest.raises(MissingInput):
@@ -149,8 +149,8 @@ async def test_bad_input_is_rejected(index: VectorIndex) -> None:
 
 
 def test_names_and_ids() -> None:
-    assert collection_name("cohere/embed-v4.0", 1024) == "ragline_cohere_embed-v4_0_1024"
-    assert collection_name("MiniLM L6", 384) == "ragline_minilm_l6_384"
+    assert vector_collection_name("cohere/embed-v4.0", 1024) == "ragline_cohere_embed-v4_0_1024"
+    assert vector_collection_name("MiniLM L6", 384) == "ragline_minilm_l6_384"
     doc = uuid.uuid4()
     assert point_id(doc, 1) == point_id(doc, 1) != point_id(doc, 2)
     assert point_id(doc, 1) != point_id(uuid.uuid4(), 1)
@@ -236,8 +236,8 @@ async def test_qdrant_http_status_mapping(
 _WRITER = """
 import sys, uuid, anyio
 from pathlib import Path
-from stages.edge_index import EdgeIndex, EdgeIndexConfig
-from stages.vector_index import new_point
+from stages.adapters.vector_index.edge.index import EdgeIndex, EdgeIndexConfig
+from stages.ports.vector_index import new_point
 
 root, own, shared, dim = Path(sys.argv[1]), uuid.UUID(sys.argv[2]), uuid.UUID(sys.argv[3]), 8
 
@@ -349,7 +349,7 @@ async def test_replace_document_rejects_foreign_points(index: VectorIndex) -> No
 
 
 async def test_replace_document_in_missing_collection(index: VectorIndex) -> None:
-    missing = collection_name("never-created", DIM)
+    missing = vector_collection_name("never-created", DIM)
     doc = uuid.uuid4()
     with pytest.raises(MissingInput):
         await index.replace_document(missing, doc, 1, points(doc, 1, 2))
@@ -530,8 +530,8 @@ async def test_edge_reserve_waits_out_a_readers_hold(tmp_path: Path) -> None:
 _REPLACER = """
 import sys, uuid, anyio
 from pathlib import Path
-from stages.edge_index import EdgeIndex, EdgeIndexConfig
-from stages.vector_index import new_point
+from stages.adapters.vector_index.edge.index import EdgeIndex, EdgeIndexConfig
+from stages.ports.vector_index import new_point
 
 root, dim, collection = Path(sys.argv[1]), 8, sys.argv[2]
 docs = [uuid.UUID(d) for d in sys.argv[3].split(",")]
@@ -615,8 +615,8 @@ async def _check_replaced(root: Path, docs: list[uuid.UUID], shared: uuid.UUID) 
 _KILLED = """
 import sys, uuid, anyio
 from pathlib import Path
-from stages.edge_index import EdgeIndex, EdgeIndexConfig
-from stages.vector_index import new_point
+from stages.adapters.vector_index.edge.index import EdgeIndex, EdgeIndexConfig
+from stages.ports.vector_index import new_point
 
 root, collection, doc = Path(sys.argv[1]), sys.argv[2], uuid.UUID(sys.argv[3])
 

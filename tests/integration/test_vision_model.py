@@ -18,16 +18,12 @@ from PIL import Image
 
 from bench.harness.fake_cohere import FakeCohere, Fault
 from runtime.errors import ConfigurationError, PermanentError, RateLimited, TransientError
+from stages.adapters.vision.cohere import CohereVision, CohereVisionConfig
+from stages.adapters.vision.none import NoVision
+from stages.adapters.vision.ocr import LocalOCR, reading_order
+from stages.ports.vision import VisionModel
+from stages.services import vision_for
 from stages.settings import PipelineSettings
-from stages.vision_model import (
-    CohereVision,
-    CohereVisionConfig,
-    LocalOCR,
-    NoVision,
-    reading_order,
-    vision_for,
-)
-from stages.vision_protocol import VisionModel
 
 pytestmark = pytest.mark.anyio
 

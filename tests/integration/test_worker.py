@@ -11,15 +11,15 @@ import asyncpg
 import pytest
 
 from bench.harness.pipelines import STAGES, ScriptedStage
-from runtime.documents import DocumentRepository
 from runtime.errors import LeaseLost
-from runtime.inflight import Context
-from runtime.listener import CHANNEL
+from runtime.jobs.documents import DocumentRepository
+from runtime.jobs.postgres import JobRepository
 from runtime.models import DocumentStatus, JobState, NewDocument
-from runtime.repository import JobRepository
 from runtime.stage import DbConn, JobContext, Pipeline
-from runtime.worker import Worker
-from runtime.worker_config import WorkerConfig
+from runtime.worker.config import WorkerConfig
+from runtime.worker.inflight import Context
+from runtime.worker.listener import CHANNEL
+from runtime.worker.worker import Worker
 from tests.support.notify import Heard, listening
 from tests.support.waits import wait_until
 

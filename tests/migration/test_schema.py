@@ -11,9 +11,9 @@ import pytest
 
 import schema
 from bench.harness.db import Databases, execute
-from runtime.migrate import migrate, pending
+from runtime.db.migrate import migrate, pending
 from runtime.models import DocumentStatus, JobState
-from runtime.worker import WORKER_SESSION
+from runtime.worker.worker import WORKER_SESSION
 
 CATALOG = {
     "columns": """SELECT table_name, column_name, data_type, udt_name, is_nullable,
@@ -212,7 +212,7 @@ def test_every_named_query_is_loadable_and_unique() -> None:
 
 def test_0003_converts_cached_vectors_to_bytes(empty_dsn: str) -> None:
     """Embeddings cached as real[] by 0002 come out of 0003 as the same numbers."""
-    from stages.store import vector_of
+    from stages.db.checkpoints import vector_of
 
     async def go() -> list[tuple[str, int, list[float]]]:
         conn = await asyncpg.connect(empty_dsn)

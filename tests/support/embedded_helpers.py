@@ -1,4 +1,4 @@
-"""Fixtures and helpers for tests of the embedded PostgreSQL (runtime.embedded)."""
+"""Fixtures and helpers for tests of the embedded PostgreSQL (runtime.db.embedded)."""
 
 from __future__ import annotations
 
@@ -20,16 +20,16 @@ from typing import Any
 import msgspec
 
 from bench.harness.db import sql
-from runtime.embedded import EmbeddedPostgres
-from runtime.embedded._accounts import account
-from runtime.embedded._proc import proc_identity
+from runtime.db.embedded import EmbeddedPostgres
+from runtime.db.embedded._accounts import account
+from runtime.db.embedded._proc import proc_identity
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # A second ragline process: acquires the cluster, reports its DSN, then releases on demand.
 _CHILD_CODE = """
 import json, pathlib, sys
-from runtime.embedded import EmbeddedPostgres
+from runtime.db.embedded import EmbeddedPostgres
 cluster = EmbeddedPostgres(pathlib.Path(sys.argv[1]))
 print(json.dumps({"dsn": cluster.acquire()}), flush=True)
 for line in sys.stdin:
@@ -66,7 +66,7 @@ def python_for_postgres_user() -> UnprivilegedPython | None:
 
 def _postgres_can_import(python: UnprivilegedPython) -> bool:
     path = os.pathsep.join(filter(None, [str(REPO_ROOT), python.path]))
-    code = "import asyncpg, msgspec, runtime.embedded"
+    code = "import asyncpg, msgspec, runtime.db.embedded"
     with contextlib.suppress(OSError):
         probe = subprocess.run(
             ["runuser", "-u", "postgres", "--", python.executable, "-c", code],

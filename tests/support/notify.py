@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import asyncpg
 
-from runtime.listener import CHANNEL
+from runtime.worker.listener import CHANNEL
 
 
 class Heard:

@@ -34,16 +34,16 @@ import pymupdf
 import qdrant_edge as qe
 
 from bench.harness.fake_cohere import FakeCohere
-from runtime.documents import DocumentRepository, Submitted
+from runtime.jobs.documents import DocumentRepository, Submitted
+from runtime.jobs.postgres import JobRepository
 from runtime.models import Document, JobRow, NewJob
-from runtime.repository import JobRepository
-from runtime.worker import Worker
-from runtime.worker_config import WorkerConfig
-from stages import store
+from runtime.worker.config import WorkerConfig
+from runtime.worker.worker import Worker
+from stages.actions.submit import submit
+from stages.db import checkpoints as store
 from stages.pipeline import STAGES, pipeline_for
+from stages.ports.vector_index import PointRef, point_id
 from stages.services import Services
-from stages.submit import submit
-from stages.vector_index import PointRef, point_id
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES_DIR = REPO / "samples"
@@ -213,10 +213,10 @@ class PipelineEnv:
     # -- what the vector index says ---------------------------------------------------------
 
     async def points(self, doc_id: uuid.UUID) -> list[PointRef]:
-        return await self.probe.index.scan(self.probe.collection, doc_id)
+        return await self.probe.index.scan(self.probe.vector_collection, doc_id)
 
     async def count_points(self, doc_id: uuid.UUID | None = None) -> int:
-        return await self.probe.index.count(self.probe.collection, doc_id)
+        return await self.probe.index.count(self.probe.vector_collection, doc_id)
 
     async def assert_indexed(self, doc_id: uuid.UUID) -> int:
         """Exactly one point per chunk row, each of the document's generation; returns
@@ -234,7 +234,7 @@ class PipelineEnv:
     async def search_first(self, query: str) -> str:
         """Filename of the best hit for ``query``."""
         [vector] = await self.probe.embedder.embed([query], "search_query")
-        hits = await self.probe.index.search(self.probe.collection, vector, 5)
+        hits = await self.probe.index.search(self.probe.vector_collection, vector, 5)
         assert hits, f"no hits for {query!r}"
         return str(hits[0].payload["filename"])
 
@@ -242,7 +242,7 @@ class PipelineEnv:
         """Remove one point from the embedded index behind ragline's back (EdgeIndex's
         lock and shard layout: ``<data_dir>/qdrant/<collection>``)."""
         root = self.data_dir / "qdrant"
-        collection = self.probe.collection
+        collection = self.probe.vector_collection
         fd = os.open(root / f"{collection}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)

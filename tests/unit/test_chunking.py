@@ -1,4 +1,4 @@
-"""stages.chunking: page provenance, size bound, overlap, headings, determinism."""
+"""stages.text.chunking: page provenance, size bound, overlap, headings, determinism."""
 
 # mypy: disallow-untyped-calls=False
 
@@ -13,11 +13,11 @@ import msgspec
 import pytest
 
 from runtime.errors import ConfigurationError
-from stages import paragraphs as paragraphs_module
-from stages.chunking import Chunk, ChunkConfig, ChunkSizes, chunk_pages, is_heading
-from stages.paragraphs import Joined, atoms
-from stages.pdf import iter_pages, open_pdf
-from stages.tokens import CharCounter
+from stages.parsing.formats.pdf import iter_pages, open_pdf
+from stages.text import paragraphs as paragraphs_module
+from stages.text.chunking import Chunk, ChunkConfig, ChunkSizes, chunk_pages, is_heading
+from stages.text.paragraphs import Joined, atoms
+from stages.text.tokens import CharCounter
 from tests.support.corpus import corpus_pdfs
 
 WORD = re.compile(r"p(\d+)w\d+")

@@ -20,7 +20,7 @@ from docx.opc.packuri import PackURI
 from docx.opc.part import Part
 from docx.oxml import parse_xml
 
-from stages.formats.docx import docx_sections
+from stages.parsing.formats.docx import docx_sections
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 NS = (

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import qdrant_edge as qe
 
-from stages import store
-from stages.points import BODY_FIELD, edge_points, payload_of
-from stages.vector_index import Point
+from stages.adapters.vector_index.edge.points import BODY_FIELD, edge_points, payload_of
+from stages.db import checkpoints as store
+from stages.ports.vector_index import Point
 
 
 def _shard(path: Path, distance: qe.Distance = qe.Distance.Cosine) -> qe.EdgeShard:

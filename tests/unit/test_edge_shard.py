@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stages.edge_shard import SEARCH_THREADS, ensure_shard
+from stages.adapters.vector_index.edge.shard import SEARCH_THREADS, ensure_shard
 
 # Loads the shard in a process of its own and prints how many qdrant-edge search pool
 # threads (named ``edge-search-N``) it then has: in the test process, the pools of other

@@ -8,8 +8,7 @@ import pytest
 
 import schema
 from bench.harness.pipelines import STAGES, ScriptedStage
-from runtime.backoff import Reconnect, retry_delay_s
-from runtime.cli_options import parse_concurrency, parse_stages
+from runtime.cli.options import parse_concurrency, parse_stages
 from runtime.errors import (
     ConfigurationError,
     InvalidDocument,
@@ -18,9 +17,10 @@ from runtime.errors import (
     TransientError,
     one_line,
 )
-from runtime.outcome import failure_of
+from runtime.providers.backoff import Reconnect, retry_delay_s
 from runtime.stage import Pipeline
-from runtime.worker_config import WorkerConfig
+from runtime.worker.config import WorkerConfig
+from runtime.worker.outcome import failure_of
 
 
 def test_backoff_bounds_and_jitter() -> None:

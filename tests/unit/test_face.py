@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import click
 import pytest
 
-from runtime.cli import main
-from runtime.cli_options import WorkerOptions
+from runtime.cli.main import main
+from runtime.cli.options import WorkerOptions
 from stages.app import plugin
 from stages.pipeline import STAGES
 
@@ -68,7 +69,7 @@ def test_engine_commands_need_no_side_effect_import() -> None:
         [
             sys.executable,
             "-c",
-            "from runtime.cli import main; print(' '.join(sorted(main.commands)))",
+            "from runtime.cli.main import main; print(' '.join(sorted(main.commands)))",
         ],
         capture_output=True,
         text=True,
@@ -90,3 +91,32 @@ def test_reprocess_offers_the_pipelines_stages() -> None:
     [from_stage] = [p for p in reprocess.params if p.name == "from_stage"]
     assert isinstance(from_stage.type, click.Choice)
     assert tuple(from_stage.type.choices) == STAGES
+
+
+def test_every_name_of_the_engines_face_resolves() -> None:
+    import runtime.api as api
+
+    assert api.__all__ == sorted(api._TABLE)  # the exports are the TYPE_CHECKING block's
+    for name in api.__all__:
+        assert getattr(api, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        api.Nope  # noqa: B018
+
+
+def test_the_face_writes_each_name_once() -> None:
+    """Each exported name appears once in runtime/api.py: in the block that both the type
+    checker and the lazy table read, nowhere else."""
+    import re
+
+    import runtime.api as api
+
+    source = Path(api.__file__).read_text()
+    twice = [n for n in api.__all__ if len(re.findall(rf"\b{re.escape(n)}\b", source)) != 1]
+    assert not twice, f"written more than once in runtime/api.py: {twice}"
+
+
+def test_the_face_exports_functions_not_the_job_repository() -> None:
+    import runtime.api as api
+
+    assert "JobRepository" not in api.__all__
+    assert {"enqueue_jobs", "cancel_document_jobs", "retry_failed_jobs"} <= set(api.__all__)

@@ -9,13 +9,18 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import InvalidDocument
-from stages.chunk import section_label
-from stages.formats import detect
-from stages.formats.detect import detect_bytes
-from stages.formats.html import decode_html, html_sections
-from stages.formats.mupdf import BATCH_PAGES
-from stages.formats.read import read_units
-from stages.formats.text import TEXT_SECTION_CHARS, decode_text, markdown_sections, text_sections
+from stages.parsing.formats import detect
+from stages.parsing.formats.detect import detect_bytes
+from stages.parsing.formats.html import decode_html, html_sections
+from stages.parsing.formats.mupdf import BATCH_PAGES
+from stages.parsing.formats.read import read_units
+from stages.parsing.formats.text import (
+    TEXT_SECTION_CHARS,
+    decode_text,
+    markdown_sections,
+    text_sections,
+)
+from stages.pipeline.chunk import section_label
 from tests.made_formats import FORMAT_NAMES, MAKERS, damaged, make_epub
 
 
@@ -84,7 +89,7 @@ def test_zip_containers_that_unpack_too_far_are_refused(
 ) -> None:
     path = MAKERS["docx"](tmp_path / "x.docx")
     # (The package exports the function under the module's name.)
-    module = importlib.import_module("stages.formats.detect")
+    module = importlib.import_module("stages.parsing.formats.detect")
     monkeypatch.setattr(module, "MAX_UNZIPPED_BYTES", 10_000)
     with pytest.raises(InvalidDocument, match=r"^x\.docx: zip container unpacks to more than"):
         detect(path, path.name)
@@ -234,7 +239,7 @@ def test_a_directory_walk_takes_documents_and_counts_what_it_leaves(
     a file without a suffix goes in when its content is a document format other than
     text; every other file is counted per suffix and said in one line, hidden ones
     aside."""
-    from stages.cli_submit import expand, report_skipped
+    from stages.cli.submit import expand, report_skipped
 
     root = tmp_path / "folder"
     (root / "sub").mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""stages.heap: freed heap is handed back only past what the next document reuses."""
+"""runtime.process.heap: freed heap is handed back only past what the next document reuses."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from stages.heap import free_heap_bytes, release_free_heap
+from runtime.process.heap import free_heap_bytes, release_free_heap
 
 pytestmark = pytest.mark.skipif(free_heap_bytes() is None, reason="glibc 2.33+ (mallinfo2) only")
 

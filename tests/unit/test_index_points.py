@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 import numpy as np
 
 from runtime.models import Job
-from stages import store
-from stages.index import document_points, payload
-from stages.vector_index import new_point, point_id, point_ids
+from stages.db import checkpoints as store
+from stages.pipeline.index import document_points, payload
+from stages.ports.vector_index import new_point, point_id, point_ids
 
 
 def test_point_ids_are_uuid5_ids() -> None:

@@ -1,11 +1,15 @@
-"""runtime.interpreter: a worker's CPython settings."""
+"""runtime.process.interpreter: a worker's CPython settings."""
 
 from __future__ import annotations
 
 import gc
 import sys
 
-from runtime.interpreter import YOUNG_THRESHOLD, freeze_startup_objects, tune_worker_interpreter
+from runtime.process.interpreter import (
+    YOUNG_THRESHOLD,
+    freeze_startup_objects,
+    tune_worker_interpreter,
+)
 
 
 def test_start_up_objects_are_frozen_out_of_collections() -> None:

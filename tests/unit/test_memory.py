@@ -1,4 +1,4 @@
-"""runtime.memory: the malloc arena cap of worker processes."""
+"""runtime.process.heap: the malloc arena cap of worker processes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from runtime.memory import limit_malloc_arenas
+from runtime.process.heap import limit_malloc_arenas
 
 
 def test_the_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -17,7 +17,7 @@ def test_the_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
 def test_the_cap_is_set_in_a_fresh_process() -> None:
-    code = "from runtime.memory import limit_malloc_arenas as f; print(f())"
+    code = "from runtime.process.heap import limit_malloc_arenas as f; print(f())"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True,
         env={"PATH": "/usr/bin:/bin"},

@@ -15,10 +15,10 @@ import pymupdf as _pymupdf
 import pytest
 
 from runtime.errors import InvalidDocument
-from stages.formats.unit import Unit
-from stages.parser_process import ParserDied, ParserProcess
-from stages.parser_wire import ParseRequest
-from stages.pdf import iter_pages, open_pdf
+from stages.parsing.formats.pdf import iter_pages, open_pdf
+from stages.parsing.formats.unit import Unit
+from stages.parsing.process import ParserDied, ParserProcess
+from stages.parsing.wire import ParseRequest
 from tests.support.pdfs import write_truncated_pdf
 
 pymupdf: Any = _pymupdf
@@ -143,11 +143,11 @@ def test_the_parsers_log_records_are_logged_by_the_worker(
     doc.xref_set_key(xref, "Width", "60000")
     doc.xref_set_key(xref, "Height", "60000")
     doc.save(str(tmp_path / "bomb.pdf"))
-    with caplog.at_level(logging.WARNING, logger="stages.pdf"):
+    with caplog.at_level(logging.WARNING, logger="stages.parsing.formats.pdf"):
         units = read(parser, tmp_path / "bomb.pdf")
     assert [u.images for u in units] == [[]]
     [record] = [r for r in caplog.records if "60000x60000" in r.getMessage()]
-    assert record.name == "stages.pdf"
+    assert record.name == "stages.parsing.formats.pdf"
     assert record.levelno == logging.WARNING
 
 
@@ -205,21 +205,11 @@ def test_the_parser_starts_without_the_worker_and_its_database_driver() -> None:
     """``runtime.api`` imports names on first use: the parser process, which needs only
     the errors, does not load the worker, asyncpg or the CLI (0.1-0.2 s of its start)."""
     code = (
-        "import sys, stages.parser_child; "
-        "print(sorted(m for m in ('runtime.worker', 'asyncpg', 'runtime.cli_app') "
+        "import sys, stages.parsing.child; "
+        "print(sorted(m for m in ('runtime.worker.worker', 'asyncpg', 'runtime.cli.app') "
         "if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert out == "[]"
-
-
-def test_every_name_of_the_engines_face_resolves() -> None:
-    import runtime.api as api
-
-    assert sorted(api.__all__) == sorted(api._HOMES)  # every exported name has a home
-    for name in api.__all__:
-        assert getattr(api, name) is not None, name
-    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
-        api.Nope  # noqa: B018

@@ -1,4 +1,4 @@
-"""stages.pdf: validation of broken inputs, page text, image extraction and memory.
+"""stages.parsing.formats.pdf: validation of broken inputs, page text, image extraction and memory.
 
 In-memory PDFs are built with PyMuPDF in each test; the samples are the committed ones
 under samples/; corpus tests use real PDFs from tests/corpus/fetch.sh and skip without it.
@@ -19,10 +19,11 @@ from pathlib import Path
 import pymupdf
 import pytest
 
-import stages.pdf
+import stages.parsing.formats.pdf
 from runtime.errors import InvalidDocument, MissingInput
-from stages.page_text import page_text, text_at, text_blocks
-from stages.pdf import Image, PageText, iter_pages, open_pdf
+from stages.parsing.formats.pdf import PageText, iter_pages, open_pdf
+from stages.parsing.formats.pdf_text import page_text, text_at, text_blocks
+from stages.parsing.formats.unit import Image
 from tests.made_formats import make_epub
 from tests.support.corpus import big_pdf, broken_pdfs, corpus_pdfs
 
@@ -133,7 +134,8 @@ def test_encrypted_with_empty_user_password_opens() -> None:
 
 
 def test_the_outline_is_not_loaded() -> None:
-    """PyMuPDF resolves every bookmark on open; ragline never reads them (stages.pdf)."""
+    """PyMuPDF resolves every bookmark on open; ragline never reads them
+    (stages.parsing.formats.pdf)."""
     doc = pymupdf.open(stream=pdf_bytes(["intro", "body"]), filetype="pdf")
     doc.set_toc([[1, "Intro", 1], [1, "Body", 2]])
     data = bytes(doc.tobytes())
@@ -158,7 +160,7 @@ def test_an_unreadable_page_is_left_out_and_the_rest_parsed(
     # 100,000 nested graphics states: MuPDF gives up on this page's content.
     doc.update_stream(doc[0].get_contents()[0], b"q " * 100_000)
     opened = open_pdf(bytes(doc.tobytes()), name="deep.pdf")
-    with caplog.at_level(logging.WARNING, logger="stages.pdf"):
+    with caplog.at_level(logging.WARNING, logger="stages.parsing.formats.pdf"):
         texts = [text.text for text, _ in iter_pages(opened)]
     assert texts == ["", "second page"]
     assert "page 1 text cannot be read" in caplog.text
@@ -303,7 +305,7 @@ def test_declared_gigapixel_image_skipped_without_decoding(
     doc.xref_set_key(xref, "Width", "60000")
     doc.xref_set_key(xref, "Height", "60000")
     opened = open_pdf(bytes(doc.tobytes()), name="bomb.pdf")
-    with caplog.at_level(logging.WARNING, logger="stages.pdf"):
+    with caplog.at_level(logging.WARNING, logger="stages.parsing.formats.pdf"):
         [(_, images)] = list(iter_pages(opened))
     assert images == []
     assert "60000x60000" in caplog.text
@@ -333,7 +335,7 @@ def test_decoded_images_over_the_budget_empty_the_store(monkeypatch: pytest.Monk
     plain = list(iter_pages(open_pdf(data, name="a.pdf")))
     pages: list[tuple[PageText, list[Image]]] = []
     emptied_after: list[int] = []
-    monkeypatch.setattr(stages.pdf, "DECODED_IMAGES_BUDGET", 200 * 150 * 4 - 1)
+    monkeypatch.setattr(stages.parsing.formats.pdf, "DECODED_IMAGES_BUDGET", 200 * 150 * 4 - 1)
     monkeypatch.setattr(pymupdf.TOOLS, "store_shrink", lambda _: emptied_after.append(len(pages)))
     for page in iter_pages(open_pdf(data, name="a.pdf")):
         pages.append(page)
@@ -411,7 +413,7 @@ _RSS_PROBE = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from stages.pdf import iter_pages, open_pdf
+    from stages.parsing.formats.pdf import iter_pages, open_pdf
 
     def peak_mb():
         # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the parent (pytest).
@@ -452,7 +454,7 @@ def test_importing_the_pipeline_keeps_pymupdfs_layout_analyser_out() -> None:
     probe = textwrap.dedent(
         """
         import sys
-        import stages.pdf, pymupdf
+        import stages.parsing.formats.pdf, pymupdf
         doc = pymupdf.open()
         doc.new_page().insert_text((72, 72), "still works")
         print(sys.modules.get("pymupdf.layout") is None, pymupdf._get_layout is None,

@@ -1,4 +1,5 @@
-"""PNGs written by stages.png: MuPDF reads back the very pixels, in every color type the
+"""PNGs written by stages.parsing.formats.png: MuPDF reads back the very pixels, in every color
+type the
 parse stage can meet, and images of a PDF are extracted pixel for pixel."""
 
 # mypy: disallow-untyped-calls=False
@@ -10,8 +11,8 @@ import random
 import pymupdf
 import pytest
 
-from stages.pdf import iter_pages, open_pdf
-from stages.png import png_of
+from stages.parsing.formats.pdf import iter_pages, open_pdf
+from stages.parsing.formats.png import png_of
 
 
 def _pixmap(colorspace: pymupdf.Colorspace | None, alpha: bool, width: int = 37) -> pymupdf.Pixmap:

@@ -12,7 +12,7 @@ import pytest
 from bench.harness.procs import REPO
 from runtime.errors import ConfigurationError
 from runtime.settings import EnvReader, Setting, validate_env
-from stages.dir_store import DirStore
+from stages.adapters.assets.directory import DirStore
 from stages.services import Services, asset_store
 from stages.settings import PIPELINE_SETTINGS, PipelineSettings
 
@@ -36,7 +36,7 @@ def loaded_after(imports: str) -> set[str]:
 
 
 def test_parse_and_submit_load_no_client_library() -> None:
-    loaded = loaded_after("stages.parse, stages.submit")
+    loaded = loaded_after("stages.pipeline.parse, stages.actions.submit")
     assert "stages" in loaded  # the probe sees what it imported
     assert loaded.isdisjoint(CLIENT_LIBRARIES), sorted(loaded & set(CLIENT_LIBRARIES))
 
@@ -52,7 +52,7 @@ def test_building_a_service_loads_only_its_adapter(tmp_path: Path) -> None:
     code = (
         "import sys, pathlib; from stages.services import Services; "
         f"Services({{}}, pathlib.Path({str(tmp_path)!r})).assets; "
-        "print('minio' in sys.modules, 'stages.dir_store' in sys.modules)"
+        "print('minio' in sys.modules, 'stages.adapters.assets.directory' in sys.modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True

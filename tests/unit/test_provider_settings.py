@@ -5,9 +5,9 @@ from __future__ import annotations
 import click
 import pytest
 
-from runtime.cli_options import parse_duration_s
+from runtime.cli.options import parse_duration_s
 from runtime.errors import ConfigurationError
-from runtime.providers import CircuitConfig, ProviderSpec, short_reason
+from runtime.providers.specs import CircuitConfig, ProviderSpec, short_reason
 
 
 @pytest.mark.parametrize(

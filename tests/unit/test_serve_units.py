@@ -10,7 +10,9 @@ import pytest
 from litestar.exceptions import HTTPException
 
 from runtime.errors import ConfigurationError
-from stages.serve import api, events, uploads
+from stages.serve import http_api as api
+from stages.serve import sse as events
+from stages.serve import uploads
 from stages.serve.auth import presented_token, token_ok
 from stages.serve.config import ServeConfig, is_loopback, parse_tokens
 

@@ -79,6 +79,6 @@ def test_a_chunking_worker_loads_its_tokenizer_at_start(
     assert "token_counter" in services.__dict__
     assert "token_counter" not in Services({}, tmp_path).__dict__  # only when asked
 
-    monkeypatch.setattr("stages.tokens.MINILM_TOKENIZER", tmp_path / "gone" / "tokenizer.json")
+    monkeypatch.setattr("stages.text.tokens.MINILM_TOKENIZER", tmp_path / "gone" / "tokenizer.json")
     with pytest.raises(ConfigurationError, match=r"^tokenizer file missing: .*gone"):
         Services({}, tmp_path).prepare(["chunk"])

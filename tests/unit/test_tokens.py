@@ -18,10 +18,10 @@ import tokenizers
 
 from bench.harness.corpus import CORPUS_DIR
 from runtime.errors import ConfigurationError
-from stages.chunking import Chunk, ChunkConfig, ChunkSizes, chunk_pages
-from stages.pdf import iter_pages, open_pdf
+from stages.parsing.formats.pdf import iter_pages, open_pdf
 from stages.settings import PipelineSettings
-from stages.tokens import (
+from stages.text.chunking import Chunk, ChunkConfig, ChunkSizes, chunk_pages
+from stages.text.tokens import (
     MINILM_MAX_TOKENS,
     MINILM_TOKENIZER,
     CharCounter,
@@ -32,7 +32,7 @@ from stages.tokens import (
     local_counter,
     token_counter_for,
 )
-from stages.wordtable import bounds, key_chars, word_keys
+from stages.text.wordtable import bounds, key_chars, word_keys
 from tests.support.corpus import corpus_pdfs
 
 #: Corpus pages by script: (file, first page, last page), 1-based, inclusive.

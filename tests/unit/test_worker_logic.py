@@ -13,14 +13,14 @@ from typing import Any
 import anyio
 import pytest
 
-from runtime.clock import ManualClock
 from runtime.errors import Snooze, TransientError
-from runtime.memory_store import MemoryStore
+from runtime.jobs.clock import ManualClock
+from runtime.jobs.in_memory import MemoryStore
 from runtime.models import Job, JobState, NewJob
-from runtime.rescuer import Rescuer, RescuerConfig
 from runtime.stage import DbConn, JobContext, Pipeline
-from runtime.worker import Worker
-from runtime.worker_config import WorkerConfig
+from runtime.worker.config import WorkerConfig
+from runtime.worker.rescuer import Rescuer, RescuerConfig
+from runtime.worker.worker import Worker
 
 pytestmark = pytest.mark.anyio
 LEASE_S = 30.0

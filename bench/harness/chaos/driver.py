@@ -16,8 +16,8 @@ from bench.harness.chaos.faults import Event, Injector, Paused, Postgres
 from bench.harness.chaos.fleet import Fleet, last_error
 from bench.harness.db import sql, try_sql
 from runtime.errors import InvalidDocument, one_line
+from stages.actions.submit import submit
 from stages.services import Services
-from stages.submit import submit
 
 UNFINISHED = "SELECT count(*) FROM documents WHERE status NOT IN ('ready', 'failed')"
 #: Held documents: their parse jobs wait until the chaos releases them.

@@ -14,9 +14,9 @@ from bench.harness.chaos.config import EMBED_BATCH, CountingCohere
 from bench.harness.chaos.driver import Chaos
 from bench.harness.procs import WorkerProcess
 from runtime.errors import MissingInput
-from stages import verify as verify_mod
+from stages.actions import verify as verify_mod
+from stages.ports.vector_index import new_point, point_id
 from stages.services import Services
-from stages.vector_index import new_point, point_id
 
 
 class DocFinding(msgspec.Struct, kw_only=True):
@@ -71,8 +71,8 @@ async def _doc_finding(pool: Any, services: Services, row: asyncpg.Record) -> Do
     doc_id: uuid.UUID = row["id"]
     chunks = await pool.fetch("SELECT ordinal, sha256 FROM chunks WHERE document_id = $1", doc_id)
     try:
-        count = await services.index.count(services.collection, doc_id)
-        refs = await services.index.scan(services.collection, doc_id)
+        count = await services.index.count(services.vector_collection, doc_id)
+        refs = await services.index.scan(services.vector_collection, doc_id)
     except MissingInput:  # nothing indexed at all
         count, refs = 0, []
     expected = {point_id(doc_id, r["ordinal"]) for r in chunks}
@@ -158,7 +158,7 @@ async def zombie_writes(chaos: Chaos, doc_id: uuid.UUID) -> uuid.UUID:
             new_point(doc_id, int(row["n"]) + 3, old, vector, payload={"zombie": True}),
             new_point(gone, 0, 1, vector, payload={"zombie": True}),
         ]
-        await services.index.upsert(services.collection, points)
+        await services.index.upsert(services.vector_collection, points)
         return gone
     finally:
         await services.aclose()

@@ -1,0 +1,1 @@
+"""Asset stores: a directory under the data dir, or MinIO/S3."""

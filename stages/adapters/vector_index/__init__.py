@@ -1,0 +1,1 @@
+"""Vector indexes: the embedded qdrant-edge shards, or a Qdrant server."""

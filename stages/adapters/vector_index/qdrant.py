@@ -1,0 +1,325 @@
+"""The vector index on a Qdrant server (``QDRANT_URL``) through qdrant-client.
+
+``location=":memory:"`` runs qdrant-client's local mode, which has the same API and is
+what the tests use when no server is around. See :mod:`stages.ports.vector_index` for the
+contract.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import TypeVar
+
+import httpx
+import msgspec
+from qdrant_client import AsyncQdrantClient
+from qdrant_client import models as qm
+from qdrant_client.common.client_exceptions import QdrantException, ResourceExhaustedResponse
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+from runtime.api import (
+    ConfigurationError,
+    MissingInput,
+    PermanentError,
+    RateLimited,
+    TransientError,
+    one_line,
+)
+from stages.ports import vector_index as vi
+
+R = TypeVar("R")
+
+log = logging.getLogger(__name__)
+
+
+class QdrantConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Where :class:`QdrantIndex` connects: a server ``url`` or a ``location`` (":memory:")."""
+
+    url: str | None = None
+    api_key: str | None = None
+    location: str | None = None
+    timeout_s: int = 30
+    batch_size: int = vi.DEFAULT_BATCH
+
+    def __post_init__(self) -> None:
+        if (self.url is None) == (self.location is None):
+            raise ConfigurationError("QdrantConfig needs exactly one of url and location")
+        if self.batch_size <= 0:
+            raise ConfigurationError("QdrantConfig.batch_size must be positive")
+
+
+def _retry_after_s(headers: httpx.Headers) -> float | None:
+    try:
+        return float(headers.get("retry-after", ""))
+    except ValueError:
+        return None
+
+
+def _translate_qdrant(exc: Exception, what: str) -> Exception:
+    """Map a qdrant-client exception to a ragline error (the caller chains the cause)."""
+    message = one_line(f"qdrant {what}: {exc}")
+    if isinstance(exc, ResourceExhaustedResponse):  # a 429 that carried Retry-After
+        return RateLimited(message, retry_after_s=float(exc.retry_after_s))
+    if isinstance(exc, UnexpectedResponse):
+        return _translate_status(exc, what, message)
+    if isinstance(exc, ResponseHandlingException | httpx.TransportError | OSError):
+        return TransientError(message)
+    return PermanentError(message)
+
+
+def _translate_status(exc: UnexpectedResponse, what: str, message: str) -> Exception:
+    status = exc.status_code or 0
+    if status == 429:
+        return RateLimited(message, retry_after_s=_retry_after_s(exc.headers))
+    if status == 408 or status >= 500:
+        return TransientError(message, retry_after_s=_retry_after_s(exc.headers))
+    if status == 404:
+        return MissingInput(message)
+    return PermanentError(message)
+
+
+_QDRANT_ERRORS = (
+    QdrantException,
+    UnexpectedResponse,
+    ResponseHandlingException,
+    httpx.HTTPError,
+    OSError,
+    ValueError,  # local mode's way of saying 400 (e.g. wrong vector size)
+)
+
+
+def _document_filter(document_id: uuid.UUID, **generation: qm.MatchValue) -> qm.Filter:
+    must: list[qm.Condition] = [
+        qm.FieldCondition(key=vi.DOCUMENT_FIELD, match=qm.MatchValue(value=str(document_id)))
+    ]
+    if "equal" in generation:
+        must.append(qm.FieldCondition(key=vi.GENERATION_FIELD, match=generation["equal"]))
+    must_not: list[qm.Condition] = []
+    if "not_equal" in generation:
+        must_not.append(qm.FieldCondition(key=vi.GENERATION_FIELD, match=generation["not_equal"]))
+    return qm.Filter(must=must, must_not=must_not or None)
+
+
+def _tenant_filter(tenant: str | None, document_id: uuid.UUID | None = None) -> qm.Filter | None:
+    """Points of one tenant collection (``default`` also matches points written before
+    collections existed), optionally of one document."""
+    if tenant is None:
+        return None if document_id is None else _document_filter(document_id)
+    match: qm.Condition = qm.FieldCondition(
+        key=vi.COLLECTION_FIELD, match=qm.MatchValue(value=tenant)
+    )
+    if tenant == "default":
+        empty = qm.IsEmptyCondition(is_empty=qm.PayloadField(key=vi.COLLECTION_FIELD))
+        match = qm.Filter(should=[match, empty])
+    must: list[qm.Condition] = [match]
+    if document_id is not None:
+        must.append(
+            qm.FieldCondition(key=vi.DOCUMENT_FIELD, match=qm.MatchValue(value=str(document_id)))
+        )
+    return qm.Filter(must=must)
+
+
+class QdrantIndex:
+    """Vector index on a Qdrant server (or qdrant-client's local mode)."""
+
+    single_writer = False
+
+    def __init__(self, config: QdrantConfig) -> None:
+        self.config = config
+        self._client = AsyncQdrantClient(
+            location=config.location,
+            url=config.url,
+            api_key=config.api_key,
+            timeout=config.timeout_s,
+            # The version probe runs synchronously in __init__ and only warns on failure.
+            check_compatibility=False,
+        )
+        self._known: set[str] = set()
+
+    async def ensure_collection(self, name: str, dimensions: int) -> None:
+        vi.check_collection(name)
+        try:
+            if await self._client.collection_exists(name):
+                await self._check_dimensions(name, dimensions)
+            else:
+                await self._create(name, dimensions)
+        except _QDRANT_ERRORS as exc:
+            raise _translate_qdrant(exc, f"ensure_collection {name}") from exc
+        self._known.add(name)
+
+    async def upsert(self, collection: str, points: Sequence[vi.Point]) -> None:
+        vi.check_points(points)
+        await self._require(collection)
+        for batch in vi.batches(points, self.config.batch_size):
+            structs = [
+                qm.PointStruct(id=str(p.id), vector=list(p.vector), payload=p.payload)
+                for p in batch
+            ]
+            await self._call(
+                f"upsert {collection}",
+                partial(self._client.upsert, collection, points=structs, wait=True),
+            )
+
+    async def reserve(self, collection: str) -> None:
+        """Any process may write to the server at any time."""
+
+    async def replace_document(
+        self, collection: str, document_id: uuid.UUID, generation: int, points: Sequence[vi.Point]
+    ) -> None:
+        vi.check_document_points(points, document_id, generation)
+        if points:
+            await self.upsert(collection, points)
+        await self.delete_document(collection, document_id, keep_generation=generation)
+
+    async def delete_document(
+        self, collection: str, document_id: uuid.UUID, *, keep_generation: int | None = None
+    ) -> None:
+        if keep_generation is None:
+            query = _document_filter(document_id)
+        else:
+            query = _document_filter(document_id, not_equal=qm.MatchValue(value=keep_generation))
+        await self._delete(collection, query)
+
+    async def delete_generation(
+        self, collection: str, document_id: uuid.UUID, generation: int
+    ) -> None:
+        query = _document_filter(document_id, equal=qm.MatchValue(value=generation))
+        await self._delete(collection, query)
+
+    async def count(self, collection: str, document_id: uuid.UUID | None = None) -> int:
+        await self._require(collection)
+        query = None if document_id is None else _document_filter(document_id)
+        result = await self._call(
+            f"count {collection}",
+            lambda: self._client.count(collection, count_filter=query, exact=True),
+        )
+        return int(result.count)
+
+    async def point_ids(self, collection: str, document_id: uuid.UUID) -> list[uuid.UUID]:
+        return [ref.id for ref in await self.scan(collection, document_id)]
+
+    async def scan(
+        self, collection: str, document_id: uuid.UUID | None = None, *, tenant: str | None = None
+    ) -> list[vi.PointRef]:
+        await self._require(collection)
+        query = _tenant_filter(tenant, document_id)
+        refs: list[vi.PointRef] = []
+        offset: qm.ExtendedPointId | None = None
+        while True:
+            records, offset = await self._call(
+                f"scroll {collection}", partial(self._scroll, collection, query, offset)
+            )
+            refs.extend(vi.point_ref(record.id, record.payload) for record in records)
+            if offset is None:
+                return refs
+
+    async def search(
+        self, collection: str, vector: Sequence[float], limit: int, *, tenant: str | None = None
+    ) -> list[vi.Hit]:
+        await self._require(collection)
+        query = list(vector)
+        where = _tenant_filter(tenant)
+        response = await self._call(
+            f"search {collection}",
+            lambda: self._client.query_points(
+                collection, query=query, query_filter=where, limit=limit, with_payload=True
+            ),
+        )
+        return [
+            vi.Hit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=dict(p.payload or {}))
+            for p in response.points
+        ]
+
+    async def drop_collection(self, name: str) -> None:
+        vi.check_collection(name)
+        self._known.discard(name)
+        await self._call(f"drop {name}", lambda: self._client.delete_collection(name))
+
+    async def point_alias(self, alias: str, collection: str) -> None:
+        """One request: drop the alias and create it on ``collection``, atomically."""
+        vi.check_collection(collection)
+        operations: list[qm.AliasOperations] = [
+            qm.DeleteAliasOperation(delete_alias=qm.DeleteAlias(alias_name=alias)),
+            qm.CreateAliasOperation(
+                create_alias=qm.CreateAlias(collection_name=collection, alias_name=alias)
+            ),
+        ]
+        aliases = await self._call("aliases", self._client.get_aliases)
+        if not any(a.alias_name == alias for a in aliases.aliases):
+            operations = operations[1:]  # deleting an absent alias is an error
+        await self._call(
+            f"alias {alias} -> {collection}",
+            lambda: self._client.update_collection_aliases(change_aliases_operations=operations),
+        )
+
+    async def collections(self) -> list[str]:
+        try:
+            found = await self._client.get_collections()
+        except _QDRANT_ERRORS as exc:
+            raise _translate_qdrant(exc, "collections") from exc
+        return sorted(c.name for c in found.collections if vi.is_ragline_collection(c.name))
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def _call(self, what: str, request: Callable[[], Awaitable[R]]) -> R:
+        try:
+            return await request()
+        except _QDRANT_ERRORS as exc:
+            raise _translate_qdrant(exc, what) from exc
+
+    async def _scroll(
+        self, collection: str, query: qm.Filter | None, offset: qm.ExtendedPointId | None
+    ) -> tuple[list[qm.Record], qm.ExtendedPointId | None]:
+        return await self._client.scroll(
+            collection,
+            scroll_filter=query,
+            limit=vi.SCROLL_PAGE,
+            offset=offset,
+            with_payload=[vi.DOCUMENT_FIELD, vi.GENERATION_FIELD],
+            with_vectors=False,
+        )
+
+    async def _delete(self, collection: str, query: qm.Filter) -> None:
+        # Deleting from a collection that was never created has nothing to do.
+        what = f"delete {collection}"
+        if await self._call(what, lambda: self._client.collection_exists(collection)):
+            selector = qm.FilterSelector(filter=query)
+            await self._call(what, lambda: self._client.delete(collection, selector, wait=True))
+
+    async def _require(self, collection: str) -> None:
+        vi.check_collection(collection)
+        if collection in self._known:
+            return
+        what = f"lookup {collection}"
+        if not await self._call(what, lambda: self._client.collection_exists(collection)):
+            raise vi.missing_collection(collection)
+        self._known.add(collection)
+
+    async def _create(self, name: str, dimensions: int) -> None:
+        params = qm.VectorParams(size=dimensions, distance=qm.Distance.COSINE)
+        try:
+            await self._client.create_collection(name, vectors_config=params)
+        except UnexpectedResponse as exc:
+            if exc.status_code != 409:  # 409: another worker created it first
+                raise
+        if self.config.location is None:
+            # Local mode has no payload indexes and warns about them; the server builds one.
+            await self._client.create_payload_index(
+                name, vi.DOCUMENT_FIELD, field_schema=qm.PayloadSchemaType.KEYWORD
+            )
+            # Tenant index: each collection's points stored together, searched alone.
+            tenant = qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True)
+            await self._client.create_payload_index(name, vi.COLLECTION_FIELD, field_schema=tenant)
+
+    async def _check_dimensions(self, name: str, dimensions: int) -> None:
+        info = await self._client.get_collection(name)
+        vectors = info.config.params.vectors
+        size = vectors.size if isinstance(vectors, qm.VectorParams) else None
+        if size is not None and size != dimensions:
+            raise PermanentError(
+                f"vector collection {name!r} holds {size}-dimension vectors, not {dimensions}"
+            )

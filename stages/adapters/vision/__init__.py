@@ -1,0 +1,1 @@
+"""Vision models: Cohere's hosted model, local OCR (RapidOCR), or none."""

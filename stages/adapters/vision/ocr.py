@@ -1,0 +1,123 @@
+"""RapidOCR (PP-OCR models shipped inside the ``rapidocr`` wheel, on onnxruntime) in a
+worker thread as a :class:`stages.ports.vision.VisionModel`: no network, recognised text
+only, in reading order."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.to_thread
+import msgspec
+import numpy as np
+
+from stages.adapters.vision.images import decode_rgb
+
+if TYPE_CHECKING:
+    from rapidocr import RapidOCR
+
+
+class LocalOCRConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Settings of :class:`LocalOCR`."""
+
+    #: Images are downscaled to this many pixels before OCR (bounded memory and time).
+    max_pixels: int = 4_000_000
+    #: The detector resizes the longer side to this; rapidocr's default (shorter side to
+    #: 736) blows a wide 1200x400 image up to 2208x736 and runs ~7x slower.
+    det_max_side: int = 960
+    #: Recognised lines scoring below this are dropped.
+    min_score: float = 0.5
+    #: RapidOCR's 0/180 degree line classifier. Off: on upright rendered pages it flipped
+    #: 2-3 of 30 lines into garbage, and document images are nearly always upright.
+    detect_upside_down: bool = False
+    #: onnxruntime intra-op threads per model; 0 means min(4, cpu count).
+    threads: int = 0
+
+
+class LocalOCR:
+    """:class:`VisionModel` running RapidOCR offline; returns the text in reading order."""
+
+    def __init__(self, config: LocalOCRConfig | None = None) -> None:
+        self.config = config or LocalOCRConfig()
+        self._engine: RapidOCR | None = None
+        self._load_lock = threading.Lock()
+        # RapidOCR mutates its own config on every call: one call at a time per engine.
+        self._limiter = anyio.CapacityLimiter(1)
+
+    metered = False
+    describes = True
+
+    @property
+    def name(self) -> str:
+        return "local/rapidocr"
+
+    async def describe(self, image: bytes, media_type: str) -> str:
+        return await anyio.to_thread.run_sync(self.describe_sync, image, limiter=self._limiter)
+
+    def describe_sync(self, image: bytes) -> str:
+        """Blocking form of :meth:`describe`."""
+        rgb = decode_rgb(image, max_pixels=self.config.max_pixels)
+        if min(rgb.size) < 8:
+            return ""  # a sliver: nothing legible, and the detector rejects tiny inputs
+        result = self._ensure_engine()(rgb)
+        boxes, txts = getattr(result, "boxes", None), getattr(result, "txts", None)
+        if boxes is None or not txts:
+            return ""
+        return reading_order(np.asarray(boxes, dtype=np.float32), [str(t) for t in txts])
+
+    def _ensure_engine(self) -> RapidOCR:
+        with self._load_lock:
+            if self._engine is None:
+                self._engine = self._load_engine()
+            return self._engine
+
+    def _load_engine(self) -> RapidOCR:
+        from rapidocr import RapidOCR
+
+        threads = self.config.threads or min(4, os.cpu_count() or 1)
+        params = {
+            # "The text detection result is empty" is a warning: a picture without text is
+            # normal here, not worth a line per image.
+            "Global.log_level": "error",
+            "Global.text_score": self.config.min_score,
+            "Global.use_cls": self.config.detect_upside_down,
+            "Det.limit_type": "max",
+            "Det.limit_side_len": self.config.det_max_side,
+            "EngineConfig.onnxruntime.intra_op_num_threads": threads,
+            "EngineConfig.onnxruntime.inter_op_num_threads": 1,
+        }
+        engine = RapidOCR(params=params)
+        # RapidOCR installs its own coloured stderr handler; route its records through
+        # ours instead, so --log-format json stays one JSON object per line.
+        ocr_log = logging.getLogger("RapidOCR")
+        ocr_log.handlers.clear()
+        ocr_log.propagate = True
+        return engine
+
+    async def aclose(self) -> None:
+        with self._load_lock:
+            self._engine = None
+
+
+def reading_order(boxes: np.ndarray[Any, Any], texts: Sequence[str]) -> str:
+    """Join OCR boxes into lines (top to bottom) of words (left to right).
+
+    ``boxes`` is ``(n, 4, 2)`` corner points. A box joins the current line when its
+    vertical centre falls inside that line's first box.
+    """
+    spans = [(float(b[:, 1].min()), float(b[:, 1].max()), float(b[:, 0].min())) for b in boxes]
+    order = sorted(range(len(texts)), key=lambda i: (spans[i][0], spans[i][2]))
+    lines: list[list[int]] = []
+    for i in order:
+        centre = (spans[i][0] + spans[i][1]) / 2
+        if lines and spans[lines[-1][0]][0] <= centre <= spans[lines[-1][0]][1]:
+            lines[-1].append(i)
+        else:
+            lines.append([i])
+    return "\n".join(
+        " ".join(texts[i] for i in sorted(ln, key=lambda i: spans[i][2])) for ln in lines
+    )

@@ -1,0 +1,1 @@
+"""The pipeline's click commands: parse flags, call an action, print."""

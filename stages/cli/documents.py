@@ -1,0 +1,229 @@
+"""The pipeline's commands for what is already in: search, reprocess, delete, verify.
+
+They run under ``python -m runtime`` (the engine's CLI loads them through the plugin,
+``stages.app``, with ``submit`` and ``ingest``) and share its global options: database,
+data dir, log format, worker flags.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+import msgspec
+
+from runtime.api import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    App,
+    escape_name,
+    guarded,
+    json_option,
+    open_pool,
+    parse_ids,
+    run_async,
+)
+from stages.actions import documents as actions
+from stages.actions.documents import Deleted, Reprocessing
+from stages.cli.models import checked_collection, migrate_model, scope_option
+from stages.pipeline import STAGES
+from stages.services import services_for
+
+if TYPE_CHECKING:
+    from stages.actions.verify import Report
+
+
+@click.command()
+@click.argument("query")
+@click.option("--limit", "-k", default=5, show_default=True, help="How many chunks to show.")
+@scope_option
+@json_option
+@click.pass_obj
+def search(app: App, query: str, limit: int, collection: str | None, as_json: bool) -> None:
+    """Embed QUERY with the live embedding model and print the closest chunks (of one
+    collection with --collection)."""
+    check_query(query, limit)
+    tenant = None if collection is None else checked_collection(collection)
+
+    async def go(dsn: str) -> list[dict[str, Any]]:
+        from stages.actions.search import search_live
+
+        services = services_for(app.build_context())
+        async with services.lifespan(), open_pool(dsn) as pool:
+            # PostgreSQL names the live model and collection (a model switch moves them).
+            live, hits = await search_live(pool, services, query, limit, tenant)
+        return [
+            {"score": round(h.score, 4), **h.payload, "vector_collection": live.collection}
+            for h in hits
+        ]
+
+    hits = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    if as_json:
+        click.echo(json.dumps(hits))
+        return
+    if not hits:
+        click.echo("no results (nothing indexed with this embedding model yet?)", err=True)
+    for h in hits:
+        text = " ".join(str(h.get("text", "")).split())
+        # Formats without pages: "p." counts sections, and the section label follows.
+        section = f" · {escape_name(str(h['section']))}" if h.get("section") else ""
+        click.echo(
+            f"{h['score']:.3f}  {escape_name(str(h.get('filename')))}  p.{h.get('page_start')}"
+            f"-{h.get('page_end')}{section}  {h.get('document_id')}\n    {text[:200]}"
+        )
+
+
+#: ``search -k`` beyond this is a typo, not a question.
+MAX_RESULTS = 1000
+
+
+def check_query(query: str, limit: int) -> None:
+    """One line and exit 2 for what cannot be a search (before loading any model)."""
+    problem = None
+    if not 1 <= limit <= MAX_RESULTS:
+        problem = f"-k/--limit must be from 1 to {MAX_RESULTS}, got {limit}"
+    elif not query.strip():
+        problem = "the query is empty"
+    else:
+        try:
+            query.encode("utf-8")
+        except UnicodeEncodeError:
+            problem = f"the query is not valid UTF-8: {escape_name(query)}"
+    if problem:
+        click.echo(f"ragline: search: {problem}", err=True)
+        sys.exit(EXIT_USAGE)
+
+
+@click.command()
+@click.argument("documents", nargs=-1)
+@click.option(
+    "--from",
+    "from_stage",
+    required=True,
+    type=click.Choice(STAGES),
+    help="First stage to run again; earlier stages' checkpoints are reused.",
+)
+@click.option("--all", "all_docs", is_flag=True, help="Every document (of --collection).")
+@click.option(
+    "--model",
+    help="With --from embed: switch to this embedding model (as migrate-model); "
+    "otherwise: documents with chunks that have no vector for this model.",
+)
+@scope_option
+@json_option
+@click.pass_context
+def reprocess(
+    ctx: click.Context,
+    documents: tuple[str, ...],
+    from_stage: str,
+    all_docs: bool,
+    model: str | None,
+    collection: str | None,
+    as_json: bool,
+) -> None:
+    """Run documents again from a stage: bumps their generation, cancels live jobs of the
+    old one and reuses the checkpoints of the stages before it."""
+    app: App = ctx.obj
+    ids = parse_ids(documents)
+    if sum(bool(x) for x in (ids, all_docs, model)) != 1:
+        raise click.UsageError("give document ids, --all or --model (one of them)")
+    if model and from_stage == "embed":
+        ctx.invoke(migrate_model, model=model, as_json=as_json)
+        return
+    tenant = None if collection is None else checked_collection(collection)
+
+    async def go(dsn: str) -> Reprocessing:
+        async with open_pool(dsn) as pool:
+            return await actions.reprocess(
+                pool, from_stage, ids=ids, every=all_docs, missing_model=model, collection=tenant
+            )
+
+    result = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    if as_json:  # a missing document has a null generation
+        gone = [{"document_id": str(m), "generation": None} for m in result.missing]
+        click.echo(json.dumps([*msgspec.to_builtins(result.reprocessing), *gone]))
+    else:
+        click.echo(f"reprocessing {len(result.reprocessing)} document(s) from {from_stage}")
+    for m in result.missing:
+        click.echo(f"ragline: no document {m}", err=True)
+    sys.exit(EXIT_FAILED if result.missing else EXIT_OK)
+
+
+@click.command()
+@click.argument("documents", nargs=-1, required=True)
+@scope_option
+@json_option
+@click.pass_obj
+def delete(app: App, documents: tuple[str, ...], collection: str | None, as_json: bool) -> None:
+    """Delete documents: their rows, stored files and points in the vector index (with
+    --collection, only documents of that collection; others count as not found)."""
+    ids = parse_ids(documents)
+    tenant = None if collection is None else checked_collection(collection)
+
+    async def go(dsn: str) -> Deleted:
+        services = services_for(app.build_context())
+        async with services.lifespan(), open_pool(dsn) as pool:
+            return await actions.delete(pool, services, ids, collection=tenant)
+
+    result = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    if as_json:
+        click.echo(json.dumps(msgspec.to_builtins(result)))
+    else:
+        click.echo(f"deleted {len(result.deleted)} document(s)")
+    for m in result.missing:
+        click.echo(f"ragline: no document {m}", err=True)
+    sys.exit(EXIT_FAILED if result.missing else EXIT_OK)
+
+
+@click.command("verify")
+@click.option("--repair", is_flag=True, help="Enqueue the jobs that fix what is found.")
+@scope_option
+@json_option
+@click.pass_obj
+def verify_cmd(app: App, repair: bool, collection: str | None, as_json: bool) -> None:
+    """Reconcile chunks in PostgreSQL with the vector index and the asset store.
+
+    Reports missing, extra (duplicate or orphan) and stale-generation points and missing
+    files per document. Exit 0 when clean, 1 when something was found.
+    """
+
+    tenant = None if collection is None else checked_collection(collection)
+
+    async def go(dsn: str) -> Report:
+        from stages.actions import verify as verify_mod
+
+        services = services_for(app.build_context())
+        async with services.lifespan(), open_pool(dsn) as pool:
+            report = await verify_mod.verify(pool, services, tenant)
+            if repair:
+                await verify_mod.repair(pool, services, report)
+            return report
+
+    report = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    if as_json:
+        click.echo(json.dumps(msgspec.to_builtins(report)))
+    else:
+        click.echo(
+            f"{report.documents} document(s), {report.points} point(s), "
+            f"{len(report.problems) + len(report.settled_store)} problem(s)"
+        )
+        for p in report.problems:
+            click.echo(
+                f"  {p.document_id} {escape_name(p.filename)}: missing {p.missing_points}, "
+                f"extra {p.extra_points}, stale {p.stale_points}, "
+                f"files missing {len(p.missing_files)}"
+                + (f", {p.failed_points} point(s) of a failed document" if p.failed_points else "")
+                + (f", points in {','.join(p.other_collections)}" if p.other_collections else "")
+                + (" (orphan)" if p.orphan else "")
+                + (f" -> {p.repair}" if p.repair else "")
+            )
+        for sp in report.store:
+            click.echo(
+                f"  asset store: {sp.kind} {escape_name(sp.path)} ({sp.age_s:.0f} s old"
+                + (", recent: may be a write in flight)" if sp.recent else ")")
+                + (f" -> {sp.repair}" if sp.repair else "")
+            )
+    sys.exit(EXIT_OK if report.clean else EXIT_FAILED)

@@ -1,0 +1,71 @@
+"""vision: each stored image described once (per-image checkpoint), as image chunks.
+
+A retry skips images already described. An image the model cannot read at all is
+recorded with an empty description and a warning: one bad picture does not fail the
+document. Transient model errors fail the attempt (the engine retries it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+
+from runtime.api import DbConn, Job, JobContext, PermanentError, ProviderSpec, one_line
+from stages.db import checkpoints as store
+from stages.pipeline._provider import ProviderStage
+
+log = logging.getLogger(__name__)
+
+
+def image_chunk(asset: store.Asset) -> store.NewChunk:
+    text = f"Image on page {asset.page}: {asset.description}"
+    return store.NewChunk(
+        text=text,
+        page_start=asset.page,
+        page_end=asset.page,
+        sha256=hashlib.sha256(text.encode()).hexdigest(),
+    )
+
+
+class VisionStage(ProviderStage):
+    name = "vision"
+
+    @property
+    def provider(self) -> ProviderSpec | None:
+        return self.services.vision_provider
+
+    async def process(self, ctx: JobContext) -> list[store.NewChunk]:
+        if not self.services.vision.describes:
+            return []
+        for asset in await store.assets(ctx.pool, ctx.job.document_id):
+            if asset.description is None:
+                await self._describe(ctx, asset)
+        described = await store.assets(ctx.pool, ctx.job.document_id)
+        return [image_chunk(a) for a in described if a.description and a.description.strip()]
+
+    async def _describe(self, ctx: JobContext, asset: store.Asset) -> None:
+        data = await self.services.assets.get(asset.object_key)
+        try:
+            async with self.gate(ctx):
+                text = await self.services.vision.describe(data, asset.media_type)
+        except PermanentError as exc:
+            log.warning(
+                "%s: image %s on page %d unreadable: %s",
+                ctx.job.filename,
+                asset.sha256[:12],
+                asset.page,
+                one_line(str(exc)),
+            )
+            text = ""
+        doc = ctx.job.document_id
+
+        async def write(conn: DbConn) -> None:
+            await store.describe_asset(conn, doc, asset.sha256, text)
+
+        await ctx.checkpoint(write)
+
+    async def write(self, conn: DbConn, job: Job, output: list[store.NewChunk]) -> None:
+        await store.replace_image_chunks(conn, job.document_id, job.generation, output)
+
+    async def on_failed(self, job: Job) -> None:
+        """Nothing outside PostgreSQL to undo."""
