@@ -24,8 +24,8 @@ from bench.database import pool_of
 from bench.standins import ZeroEmbedder
 from stages.adapters.vector_index.edge.points import stored_payload
 from stages.adapters.vector_index.edge.shard import ensure_shard
-from stages.db import checkpoints as store
-from stages.pipeline.index import SLICE_POINTS, document_points, points_job
+from stages.db import checkpoints
+from stages.pipeline.index import SLICE_POINTS, document_points
 
 __all__ = ["IndexParts", "index_parts", "measure_index_parts"]
 
@@ -69,15 +69,14 @@ async def measure_index_parts(dsn: str, shard: Path) -> IndexParts:
     try:
         async with pool_of(dsn, 1) as pool:
             for doc in await pool.fetch(READY_DOCUMENTS_SQL):
-                job = points_job(doc["id"], doc["generation"], doc["filename"])
                 after = -1
                 while True:
                     at = time.process_time()
-                    rows = await store.chunk_vectors(
-                        pool, job.document_id, embedder.model, after=after, limit=SLICE_POINTS
+                    rows = await checkpoints.chunk_vectors(
+                        pool, doc["id"], embedder.model, after=after, limit=SLICE_POINTS
                     )
                     at = _add(spent, "read", at)
-                    built = document_points(rows, job)
+                    built = document_points(rows, doc["id"], doc["generation"], doc["filename"])
                     at = _add(spent, "build", at)
                     stored = [stored_payload(p.payload) for p in built]
                     at = _add(spent, "payloads", at)

@@ -11,8 +11,7 @@ from stages.cli.ingest import ingest
 from stages.cli.serve import serve
 from stages.cli.submit import submit
 from stages.cli.sync import sync
-from stages.db import checkpoints as store
-from stages.db import sources
+from stages.db import checkpoints, sources
 from stages.pipeline import DEFAULT_CONCURRENCY, STAGES, pipeline_for
 from stages.settings import PIPELINE_SETTINGS
 
@@ -21,14 +20,14 @@ async def status_notes(pool: Pool, document_id: uuid.UUID | None) -> list[str]:
     """``status``'s lines on chunk sizes: chunks longer than the embedder's window (their
     tail is never embedded; expected 0) overall, or a document's chunk sizes."""
     if document_id is None:
-        over = await store.chunks_over_window(pool)
+        over = await checkpoints.chunks_over_window(pool)
         over_line = (
             f"chunks over the embedder's window: {over.chunks} (in {over.documents} documents)"
         )
         return [over_line, *await model_notes(pool), *await source_notes(pool)]
     origin = await sources.origin(pool, document_id)
     notes = [] if origin is None else [origin_line(origin)]
-    sizes = await store.chunk_tokens(pool, document_id)
+    sizes = await checkpoints.chunk_tokens(pool, document_id)
     if not sizes.chunks:
         return notes
     largest = "?" if sizes.max_tokens is None else str(sizes.max_tokens)
@@ -68,10 +67,10 @@ async def model_notes(pool: Pool) -> list[str]:
     found = await migrate_model.progress(pool)
     if found is not None:
         lines.append(model_cli.describe(found))
-    counts = await pool.fetch(model_switch.Q["collection_counts"])
-    names = sorted({r["collection"] for r in counts})
+    counts = await model_switch.collection_counts(pool)
+    names = sorted({c.collection for c in counts})
     if names != ["default"] and names:
-        per = {n: sum(int(r["n"]) for r in counts if r["collection"] == n) for n in names}
+        per = {n: sum(c.n for c in counts if c.collection == n) for n in names}
         lines.append("collections: " + ", ".join(f"{n} {per[n]}" for n in names))
     return lines
 

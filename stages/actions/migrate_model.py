@@ -26,26 +26,16 @@ import logging
 import uuid
 from collections.abc import Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import msgspec
 
 from runtime.api import ConfigurationError, Pool, RaglineError, TransientError
-from stages.db import checkpoints as store
-from stages.db.model_switch import (
-    ALIAS,
-    MIGRATION_LOCK,
-    Live,
-    Migration,
-    Q,
-    live,
-    live_of,
-    mark_migrated,
-    migration_of,
-    open_migration,
-    target_of,
-)
+from stages.db import checkpoints
+from stages.db import model_switch as switch
+from stages.db.model_switch import Live, Migration, live, mark_migrated, open_migration, target_of
+from stages.pipeline.index import document_points
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -85,8 +75,7 @@ async def progress(pool: Pool, migration: Migration | None = None) -> Progress |
     migration = migration or await open_migration(pool)
     if migration is None:
         return None
-    row = await pool.fetchrow(Q["migration_progress"], migration.id)
-    assert row is not None  # an aggregate: always one row
+    counts = await switch.backfill(pool, migration.id)
     return Progress(
         id=migration.id,
         from_model=migration.from_model,
@@ -94,21 +83,19 @@ async def progress(pool: Pool, migration: Migration | None = None) -> Progress |
         from_collection=migration.from_collection,
         to_collection=migration.to_collection,
         state=migration.state,
-        ready=int(row["ready"]),
-        migrated=int(row["migrated"]),
+        ready=counts.ready,
+        migrated=counts.migrated,
     )
 
 
 @asynccontextmanager
 async def migration_lock(pool: Pool) -> AsyncIterator[None]:
-    """Hold the migrators' session lock on a connection of its own for the block."""
-    async with pool.acquire() as conn:
-        if not await conn.fetchval(Q["try_migration_lock"], MIGRATION_LOCK):
-            raise Busy("another model migration is running on this database")
-        try:
+    """Hold the migrators' lock for the block; :class:`Busy` when another holds it."""
+    try:
+        async with switch.migration_lock(pool):
             yield
-        finally:
-            await conn.fetchval(Q["release_migration_lock"], MIGRATION_LOCK)
+    except switch.MigrationBusy:
+        raise Busy("another model migration is running on this database") from None
 
 
 async def begin(pool: Pool, services: Services, model: str) -> Migration:
@@ -123,18 +110,9 @@ async def begin(pool: Pool, services: Services, model: str) -> Migration:
                 f"{found.to_model} to finish it, or migrate-model --cancel"
             )
         return found
-    if target.collection == current.collection:
+    if target.vector_collection == current.vector_collection:
         raise ConfigurationError(f"{target.model} is already the live embedding model")
-    row = await pool.fetchrow(
-        Q["start_migration"],
-        ALIAS,
-        current.model,
-        current.collection,
-        target.model,
-        target.dimensions,
-        target.collection,
-    )
-    return migration_of(row)
+    return await switch.start_migration(pool, current, target)
 
 
 async def migrate(
@@ -150,63 +128,61 @@ async def migrate(
         migration = await begin(pool, services, model)
         target = migration.target
         if migration.state == "building":
-            await services.index.ensure_collection(target.collection, target.dimensions)
+            await services.index.ensure_collection(target.vector_collection, target.dimensions)
             while not await _swap(pool, migration):
-                while todo := await pool.fetch(Q["migration_todo"], migration.id, batch):
-                    for row in todo:
-                        await migrate_document(pool, services, migration, row)
+                while todo := await switch.pending(pool, migration.id, batch):
+                    for doc in todo:
+                        await migrate_document(pool, services, migration, doc)
                     if on_progress is not None:
                         current = await progress(pool, migration)
                         assert current is not None
                         on_progress(current)
         await _finish(pool, services, migration)
-        last = await pool.fetchrow(Q["last_migration"], ALIAS)
-        done = await progress(pool, migration_of(last))
+        last = await switch.last_migration(pool)
+        done = await progress(pool, last)
         assert done is not None
         return done
 
 
-async def migrate_document(pool: Pool, services: Services, migration: Migration, row: Any) -> None:
+async def migrate_document(
+    pool: Pool, services: Services, migration: Migration, doc: switch.Pending
+) -> None:
     """The document's points, at its current generation, into the target collection."""
     target = migration.target
-    document_id: uuid.UUID = row["id"]
-    generation: int = row["generation"]
-    rows = await _vectors(pool, services, target, document_id)
+    rows = await _vectors(pool, services, target, doc.id)
     if rows is None:  # deleted meanwhile
         return
-    from stages.pipeline.index import document_points, points_job
-
-    job = points_job(document_id, generation, row["filename"])
-    points = document_points(rows, job, row["collection"])
-    await services.index.replace_document(target.collection, document_id, generation, points)
-    if not await mark_migrated(pool, migration.id, document_id, generation, len(points)):
+    points = document_points(rows, doc.id, doc.generation, doc.filename, doc.collection)
+    where = target.vector_collection
+    await services.index.replace_document(where, doc.id, doc.generation, points)
+    if not await mark_migrated(pool, migration.id, doc.id, doc.generation, len(points)):
         # Reprocessed (or deleted) while we wrote: the points just written may have
         # replaced a newer generation's. Forget this document; the next round redoes it
         # at its new generation once it is ready.
-        await services.index.delete_generation(target.collection, document_id, generation)
-        await pool.execute(Q["unmark_migrated"], migration.id, document_id)
+        await services.index.delete_generation(where, doc.id, doc.generation)
+        await switch.unmark_migrated(pool, migration.id, doc.id)
 
 
 async def _vectors(
     pool: Pool, services: Services, target: Live, document_id: uuid.UUID
-) -> list[store.ChunkVector] | None:
+) -> list[checkpoints.ChunkVector] | None:
     """The document's chunks with the target model's vectors, embedding what the cache
     lacks (stored in the cache, so a resumed migration does not pay twice)."""
-    rows = await store.chunk_vectors(pool, document_id, target.model)
+    rows = await checkpoints.chunk_vectors(pool, document_id, target.model)
     if not rows:
         return None
     if all(r.vector is not None for r in rows):
         return rows
     embedder = services.embedder_for(target.model)
-    found = await store.texts_to_embed(pool, document_id, target.model)
+    found = await checkpoints.texts_to_embed(pool, document_id, target.model)
     todo = list(found.misses.items())
     for start in range(0, len(todo), embedder.max_batch):
         part = todo[start : start + embedder.max_batch]
         vectors = await _embed(embedder, [t for _, t in part])
         async with pool.acquire() as conn:
             items = [(sha, vec) for (sha, _), vec in zip(part, vectors, strict=True)]
-            await store.insert_embeddings(conn, target.model, items)
-    rows = await store.chunk_vectors(pool, document_id, target.model)
+            await checkpoints.insert_embeddings(conn, target.model, items)
+    rows = await checkpoints.chunk_vectors(pool, document_id, target.model)
     if not rows:
         return None
     if any(r.vector is None for r in rows):  # its chunks changed under us: a reprocess
@@ -233,26 +209,21 @@ async def _swap(pool: Pool, migration: Migration) -> bool:
     """Move the alias to the target if every ready document is there; True when swapped
     (now or before)."""
     async with pool.acquire() as conn, conn.transaction():
-        locked = await conn.fetchrow(Q["lock_alias"], ALIAS)
-        assert locked is not None
-        if live_of(locked).collection == migration.to_collection:
+        locked = await switch.lock_alias(conn)
+        if locked.vector_collection == migration.to_collection:
             return True
-        if await conn.fetch(Q["migration_todo"], migration.id, 1):
+        if await switch.pending(conn, migration.id, 1):
             return False
-        target = migration.target
-        await conn.execute(
-            Q["set_alias"], ALIAS, target.model, target.dimensions, target.collection
-        )
-        await conn.execute(Q["swap_migration"], migration.id)
+        await switch.swap(conn, migration)
         return True
 
 
 async def _finish(pool: Pool, services: Services, migration: Migration) -> None:
     """After the swap: Qdrant's alias follows, the old collection goes, the row is done."""
-    await services.index.point_alias(ALIAS, migration.to_collection)
+    await services.index.point_alias(switch.ALIAS, migration.to_collection)
     if migration.from_collection != migration.to_collection:
         await services.index.drop_collection(migration.from_collection)
-    await pool.execute(Q["finish_migration"], migration.id)
+    await switch.finish_migration(pool, migration.id)
 
 
 async def cancel(pool: Pool, services: Services) -> Migration | None:
@@ -267,6 +238,6 @@ async def cancel(pool: Pool, services: Services) -> Migration | None:
                 f"the migration to {found.to_model} has swapped already: run migrate-model "
                 f"{found.to_model} to delete the old collection"
             )
-        await pool.execute(Q["cancel_migration"], found.id)
+        await switch.cancel_migration(pool, found.id)
         await services.index.drop_collection(found.to_collection)
         return found

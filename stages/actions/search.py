@@ -19,7 +19,9 @@ async def search_live(
     for _ in range(3):
         [vector] = await services.embedder_for(where.model).embed([query], "search_query")
         try:
-            hits = await services.index.search(where.collection, vector, limit, tenant=tenant)
+            hits = await services.index.search(
+                where.vector_collection, vector, limit, tenant=tenant
+            )
             return where, hits
         except MissingInput:
             again = await live(pool, services)

@@ -26,7 +26,7 @@ import msgspec
 
 from runtime.api import Document, DocumentRepository, DocumentStatus, MissingInput, Pool
 from stages.actions.documents import delete_points
-from stages.db import checkpoints as store
+from stages.db import checkpoints
 from stages.ports.services import Services
 from stages.ports.vector_index import PointRef, point_id
 
@@ -108,7 +108,7 @@ async def scan_others(
 
 
 async def check_points(pool: Pool, doc: Document, refs: list[PointRef], problem: Problem) -> None:
-    chunks = await store.chunks(pool, doc.id)
+    chunks = await checkpoints.chunks(pool, doc.id)
     expected = {point_id(doc.id, c.ordinal) for c in chunks}
     found = {r.id for r in refs}
     problem.missing_points = len(expected - found)
@@ -118,7 +118,7 @@ async def check_points(pool: Pool, doc: Document, refs: list[PointRef], problem:
 
 async def check_files(pool: Pool, services: Services, doc: Document, problem: Problem) -> None:
     keys = [doc.asset_key] if doc.asset_key else []
-    keys += [a.object_key for a in await store.assets(pool, doc.id)]
+    keys += [a.object_key for a in await checkpoints.assets(pool, doc.id)]
     for key in keys:
         if not await services.assets.exists(key):
             problem.missing_files.append(key)
@@ -149,7 +149,7 @@ def has_problem(p: Problem) -> bool:
 async def verify(pool: Pool, services: Services, tenant: str | None = None) -> Report:
     from stages.db import model_switch
 
-    current = (await model_switch.live(pool, services)).collection
+    current = (await model_switch.live(pool, services)).vector_collection
     migration = await model_switch.open_migration(pool)
     building = {migration.to_collection} if migration is not None else set()
     by_doc = await scan_index(services, current, tenant)
@@ -192,10 +192,10 @@ async def verify(pool: Pool, services: Services, tenant: str | None = None) -> R
 async def check_store(services: Services, docs: list[Document]) -> list[StoreProblem]:
     """Objects under ``documents/`` that belong to no document, or are an original other
     than the document's own; temporary files and empty directories."""
-    store = services.assets
+    assets = services.assets
     originals = {str(d.id): d.asset_key for d in docs}
     found: list[StoreProblem] = []
-    for key in await store.list("documents/"):
+    for key in await assets.list("documents/"):
         doc_id, _, rest = key.removeprefix("documents/").partition("/")
         own = originals.get(doc_id, "")
         if doc_id not in originals or (rest.startswith("original-") and key != own):
@@ -203,7 +203,7 @@ async def check_store(services: Services, docs: list[Document]) -> list[StorePro
             found.append(StoreProblem(path=key, kind="orphan object", age_s=age))
     found += [
         StoreProblem(path=left.path, kind=left.kind, age_s=left.age_s)
-        for left in await store.leftovers()
+        for left in await assets.leftovers()
     ]
     for p in found:
         p.recent = p.age_s < ORPHAN_GRACE_S

@@ -56,7 +56,7 @@ def search(app: App, query: str, limit: int, collection: str | None, as_json: bo
             # PostgreSQL names the live model and collection (a model switch moves them).
             live, hits = await search_live(pool, services, query, limit, tenant)
         return [
-            {"score": round(h.score, 4), **h.payload, "vector_collection": live.collection}
+            {"score": round(h.score, 4), **h.payload, "vector_collection": live.vector_collection}
             for h in hits
         ]
 

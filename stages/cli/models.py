@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import click
 import msgspec
 
-import schema
 from runtime.api import EXIT_FAILED, EXIT_OK, App, guarded, json_option, open_pool, run_async
+from stages.db import model_switch
 from stages.services import services_for
 
 if TYPE_CHECKING:
@@ -107,10 +107,10 @@ def collections(app: App, as_json: bool) -> None:
 
     async def go(dsn: str) -> dict[str, dict[str, int]]:
         async with open_pool(dsn) as pool:
-            rows = await pool.fetch(schema.load("model_switch")["collection_counts"])
+            counts = await model_switch.collection_counts(pool)
         out: dict[str, dict[str, int]] = {}
-        for r in rows:
-            out.setdefault(r["collection"], {})[r["status"]] = int(r["n"])
+        for c in counts:
+            out.setdefault(c.collection, {})[c.status] = c.n
         return out
 
     result = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))

@@ -19,6 +19,8 @@ the new collection; then the old collection is deleted.
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +50,7 @@ class Live(msgspec.Struct, frozen=True, kw_only=True):
 
     model: str
     dimensions: int
-    collection: str
+    vector_collection: str
 
 
 class Migration(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,7 +69,9 @@ class Migration(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def target(self) -> Live:
         return Live(
-            model=self.to_model, dimensions=self.to_dimensions, collection=self.to_collection
+            model=self.to_model,
+            dimensions=self.to_dimensions,
+            vector_collection=self.to_collection,
         )
 
 
@@ -87,7 +91,9 @@ class Targets(msgspec.Struct, frozen=True, kw_only=True):
 
 def live_of(record: Any) -> Live:
     return Live(
-        model=record["model"], dimensions=record["dimensions"], collection=record["collection"]
+        model=record["model"],
+        dimensions=record["dimensions"],
+        vector_collection=record["collection"],
     )
 
 
@@ -142,7 +148,7 @@ async def confirm_written(conn: DbConn, written: list[str]) -> Live:
     if row is None:
         raise TransientError("vector alias row missing; retrying")
     now = live_of(row)
-    if now.collection not in written:
+    if now.vector_collection not in written:
         raise TransientError(
             f"the embedding model switched to {now.model} while indexing; indexing again"
         )
@@ -167,5 +173,117 @@ def target_of(services: Services, key: str) -> Live:
     return Live(
         model=embedder.model,
         dimensions=embedder.dimensions,
-        collection=vector_collection_name(embedder.model, embedder.dimensions),
+        vector_collection=vector_collection_name(embedder.model, embedder.dimensions),
     )
+
+
+# -- the migrator's queries ------------------------------------------------------------
+
+
+class Backfill(msgspec.Struct, frozen=True, kw_only=True):
+    """Ready documents, and those of them a migration has at their generation."""
+
+    ready: int
+    migrated: int
+
+
+class Pending(msgspec.Struct, frozen=True, kw_only=True):
+    """A ready document a migration does not have yet at its generation."""
+
+    id: uuid.UUID
+    generation: int
+    filename: str
+    collection: str
+
+
+class CollectionCount(msgspec.Struct, frozen=True, kw_only=True):
+    """Documents of one collection (a tenant) in one status."""
+
+    collection: str
+    status: str
+    n: int
+
+
+class MigrationBusy(Exception):
+    """Another migrator holds the lock (the caller says it in its own words)."""
+
+
+@asynccontextmanager
+async def migration_lock(pool: Pool) -> AsyncIterator[None]:
+    """Hold the migrators' session lock on a connection of its own for the block.
+
+    :raises MigrationBusy: another migrator holds it.
+    """
+    async with pool.acquire() as conn:
+        if not await conn.fetchval(Q["try_migration_lock"], MIGRATION_LOCK):
+            raise MigrationBusy
+        try:
+            yield
+        finally:
+            await conn.fetchval(Q["release_migration_lock"], MIGRATION_LOCK)
+
+
+async def start_migration(pool: Pool, current: Live, target: Live) -> Migration:
+    row = await pool.fetchrow(
+        Q["start_migration"],
+        ALIAS,
+        current.model,
+        current.vector_collection,
+        target.model,
+        target.dimensions,
+        target.vector_collection,
+    )
+    return migration_of(row)
+
+
+async def last_migration(pool: Pool) -> Migration | None:
+    row = await pool.fetchrow(Q["last_migration"], ALIAS)
+    return migration_of(row) if row is not None else None
+
+
+async def backfill(pool: Pool, migration_id: int) -> Backfill:
+    row = await pool.fetchrow(Q["migration_progress"], migration_id)
+    assert row is not None  # an aggregate: always one row
+    return Backfill(ready=int(row["ready"]), migrated=int(row["migrated"]))
+
+
+async def pending(db: Pool | DbConn, migration_id: int, limit: int) -> list[Pending]:
+    """Up to ``limit`` ready documents the migration does not have yet, oldest first."""
+    rows = await db.fetch(Q["migration_todo"], migration_id, limit)
+    return [msgspec.convert(dict(r), Pending) for r in rows]
+
+
+async def unmark_migrated(pool: Pool, migration_id: int, document_id: uuid.UUID) -> None:
+    await pool.execute(Q["unmark_migrated"], migration_id, document_id)
+
+
+async def lock_alias(conn: DbConn) -> Live:
+    """The live collection, its row locked for this transaction (the swap's lock)."""
+    row = await conn.fetchrow(Q["lock_alias"], ALIAS)
+    assert row is not None  # the alias row exists once a migration has begun
+    return live_of(row)
+
+
+async def swap(conn: DbConn, migration: Migration) -> None:
+    """In the swap's transaction: the alias names the target; the migration is swapped."""
+    target = migration.target
+    await conn.execute(
+        Q["set_alias"], ALIAS, target.model, target.dimensions, target.vector_collection
+    )
+    await conn.execute(Q["swap_migration"], migration.id)
+
+
+async def finish_migration(pool: Pool, migration_id: int) -> None:
+    await pool.execute(Q["finish_migration"], migration_id)
+
+
+async def cancel_migration(pool: Pool, migration_id: int) -> None:
+    await pool.execute(Q["cancel_migration"], migration_id)
+
+
+async def collection_counts(pool: Pool) -> list[CollectionCount]:
+    """Documents per collection (tenant) and status."""
+    rows = await pool.fetch(Q["collection_counts"])
+    return [
+        CollectionCount(collection=r["collection"], status=r["status"], n=int(r["n"])) for r in rows
+    ]

@@ -16,7 +16,7 @@ import anyio.to_thread
 from prometheus_client import Counter, Histogram
 
 from runtime.api import DbConn, Job, JobContext, MissingInput, release_free_heap
-from stages.db import checkpoints as store
+from stages.db import checkpoints
 from stages.ports.services import Services
 from stages.text.chunking import chunk_pages
 
@@ -53,8 +53,8 @@ class ChunkStage:
         self.services = services
         self._cpu: anyio.CapacityLimiter | None = None
 
-    async def process(self, ctx: JobContext) -> list[store.NewChunk]:
-        pages = await store.pages(ctx.pool, ctx.job.document_id)
+    async def process(self, ctx: JobContext) -> list[checkpoints.NewChunk]:
+        pages = await checkpoints.pages(ctx.pool, ctx.job.document_id)
         if not pages:
             raise MissingInput(f"{ctx.job.filename}: no parsed pages; run parse first")
         config = self.services.settings.chunk
@@ -72,7 +72,7 @@ class ChunkStage:
         window = counter.window
         sections = {p.page: p.section for p in pages if p.section}
         out = [
-            store.NewChunk(
+            checkpoints.NewChunk(
                 text=c.text,
                 page_start=c.page_start,
                 page_end=c.page_end,
@@ -92,8 +92,8 @@ class ChunkStage:
             )  # fmt: skip
         return out
 
-    async def write(self, conn: DbConn, job: Job, output: list[store.NewChunk]) -> None:
-        await store.replace_text_chunks(conn, job.document_id, job.generation, output)
+    async def write(self, conn: DbConn, job: Job, output: list[checkpoints.NewChunk]) -> None:
+        await checkpoints.replace_text_chunks(conn, job.document_id, job.generation, output)
         # Counted as they are written, in the job's completion (a lost lease counts none).
         CHUNKS.inc(len(output))
         OVER_WINDOW.inc(sum(c.over_window for c in output))

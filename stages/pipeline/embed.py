@@ -27,8 +27,7 @@ import msgspec
 from prometheus_client import Counter
 
 from runtime.api import DbConn, InvalidDocument, Job, JobContext, ProviderSpec
-from stages.db import checkpoints as store
-from stages.db import model_switch
+from stages.db import checkpoints, model_switch
 from stages.pipeline._provider import ProviderStage
 from stages.ports.embedder import Embedder
 
@@ -86,7 +85,7 @@ class EmbedStage(ProviderStage):
         held = Held()
         try:
             for model in (await model_switch.targets(ctx.pool, self.services)).models:
-                texts = await store.texts_to_embed(ctx.pool, ctx.job.document_id, model)
+                texts = await checkpoints.texts_to_embed(ctx.pool, ctx.job.document_id, model)
                 if not texts.texts:
                     raise InvalidDocument(
                         no_text(ctx.job.filename, self.services.settings.vision.kind)
@@ -132,7 +131,7 @@ class EmbedStage(ProviderStage):
 
     async def _checkpoint(self, ctx: JobContext, model: str, items: Items) -> None:
         async def write(conn: DbConn) -> None:
-            await store.insert_embeddings(conn, model, items)
+            await checkpoints.insert_embeddings(conn, model, items)
 
         await ctx.checkpoint(write)
 
@@ -147,7 +146,7 @@ class EmbedStage(ProviderStage):
         """The vectors not checkpointed yet, in the completion's transaction."""
         if output is not None:
             for model, items in output.items.items():
-                await store.insert_embeddings(conn, model, items)
+                await checkpoints.insert_embeddings(conn, model, items)
 
     async def on_failed(self, job: Job) -> None:
         """Cached vectors stay: they are correct and shared by content."""

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
 from runtime.api import DbConn, Job, JobContext, MissingInput, release_free_heap
-from stages.db import checkpoints as store
-from stages.db import model_switch
+from stages.db import checkpoints, model_switch
 from stages.db.sources import retire_superseded
 from stages.ports.collections import DEFAULT_COLLECTION
 from stages.ports.services import Services
@@ -73,13 +71,13 @@ class IndexStage:
         index = self.services.index
         # Before any work: with the embedded index, another process that holds the shard
         # takes the job (a snooze) instead of this one waiting for it.
-        await index.reserve(live.collection)
-        await index.ensure_collection(live.collection, live.dimensions)
-        points = await self._stream(ctx, live.collection, live.model, tenant, embed=True)
+        await index.reserve(live.vector_collection)
+        await index.ensure_collection(live.vector_collection, live.dimensions)
+        points = await self._stream(ctx, live.vector_collection, live.model, tenant, embed=True)
         assert points is not None  # embed=True raises instead
         # The older versions' points are gone now: their stored objects go too (sync).
         await retire_superseded(ctx.pool, self.services.assets, job.document_id, job.generation)
-        written = Written(collections=[live.collection], points=points)
+        written = Written(collections=[live.vector_collection], points=points)
         if where.building is not None:
             written = await self._also_target(ctx, where.building, tenant, written)
         if points >= TRIM_AFTER_POINTS:
@@ -99,7 +97,7 @@ class IndexStage:
             rows = await self._slice(ctx, model, after, embed=embed)
             if rows is None:
                 return None
-            points = document_points(rows, job, tenant)
+            points = document_points(rows, job.document_id, job.generation, job.filename, tenant)
             written += len(points)
             # A job cancelled by a reprocess must not touch the index: the lease check
             # makes the window a stale worker has tiny, and verify catches what slips
@@ -118,18 +116,22 @@ class IndexStage:
 
     async def _slice(
         self, ctx: JobContext, model: str, after: int, *, embed: bool
-    ) -> list[store.ChunkVector] | None:
+    ) -> list[checkpoints.ChunkVector] | None:
         """The next slice's rows with ``model``'s vectors (embedding missing ones first
         when ``embed``; None when one is missing and not ``embed``)."""
         document = ctx.job.document_id
-        rows = await store.chunk_vectors(ctx.pool, document, model, after=after, limit=SLICE_POINTS)
+        rows = await checkpoints.chunk_vectors(
+            ctx.pool, document, model, after=after, limit=SLICE_POINTS
+        )
         if all(r.vector is not None for r in rows):
             return rows
         if not embed:
             return None
         # Embedded before a model switch moved the live model: embed what is missing.
         await self._embed_missing(ctx, model)
-        rows = await store.chunk_vectors(ctx.pool, document, model, after=after, limit=SLICE_POINTS)
+        rows = await checkpoints.chunk_vectors(
+            ctx.pool, document, model, after=after, limit=SLICE_POINTS
+        )
         missing = [r.ordinal for r in rows if r.vector is None]
         if missing:
             raise MissingInput(
@@ -144,19 +146,21 @@ class IndexStage:
         """While a model switch builds, write its collection too (when the embed stage
         gave this document the target model's vectors; else the migrator will)."""
         target = migration.target
-        await self.services.index.ensure_collection(target.collection, target.dimensions)
-        points = await self._stream(ctx, target.collection, target.model, tenant, embed=False)
+        await self.services.index.ensure_collection(target.vector_collection, target.dimensions)
+        points = await self._stream(
+            ctx, target.vector_collection, target.model, tenant, embed=False
+        )
         if points is None:
             return written
         return Written(
-            collections=[*written.collections, target.collection],
+            collections=[*written.collections, target.vector_collection],
             points=points,
             migration_id=migration.id,
         )
 
     async def _embed_missing(self, ctx: JobContext, model: str) -> None:
         embedder = self.services.embedder_for(model)
-        found = await store.texts_to_embed(ctx.pool, ctx.job.document_id, model)
+        found = await checkpoints.texts_to_embed(ctx.pool, ctx.job.document_id, model)
         misses = list(found.misses.items())
         for start in range(0, len(misses), embedder.max_batch):
             batch = misses[start : start + embedder.max_batch]
@@ -164,7 +168,7 @@ class IndexStage:
             items = [(sha, vec) for (sha, _), vec in zip(batch, vectors, strict=True)]
 
             async def write(conn: DbConn, items: list[tuple[str, list[float]]] = items) -> None:
-                await store.insert_embeddings(conn, model, items)
+                await checkpoints.insert_embeddings(conn, model, items)
 
             await ctx.checkpoint(write)
 
@@ -186,7 +190,9 @@ async def _nothing(conn: DbConn) -> None:
     """A checkpoint that only checks the lease."""
 
 
-def payload(row: store.ChunkVector, job: Job, tenant: str = DEFAULT_COLLECTION) -> dict[str, Any]:
+def payload(
+    row: checkpoints.ChunkVector, job: Job, tenant: str = DEFAULT_COLLECTION
+) -> dict[str, Any]:
     """What search shows of a chunk, beside the fields every point carries."""
     return {
         "ordinal": row.ordinal,
@@ -200,32 +206,18 @@ def payload(row: store.ChunkVector, job: Job, tenant: str = DEFAULT_COLLECTION) 
     }
 
 
-def points_job(document_id: uuid.UUID, generation: int, filename: str) -> Job:
-    """A job carrying what :func:`document_points` reads, for building a document's
-    points outside an index job (the model migrator, bench.index_parts)."""
-    now = datetime.now(UTC)
-    return Job(
-        id=0,
-        document_id=document_id,
-        stage="index",
-        generation=generation,
-        attempts=0,
-        max_attempts=1,
-        lease_token=uuid.UUID(int=0),
-        lease_expires_at=now,
-        created_at=now,
-        filename=filename,
-    )
-
-
 def document_points(
-    rows: Sequence[store.ChunkVector], job: Job, tenant: str = DEFAULT_COLLECTION
+    rows: Sequence[checkpoints.ChunkVector],
+    document_id: uuid.UUID,
+    generation: int,
+    filename: str,
+    tenant: str = DEFAULT_COLLECTION,
 ) -> list[Point]:
     """The document's points, as :func:`stages.ports.vector_index.new_point` builds them, in one
     pass: ids from one hash state, the per-document fields computed once, one dict each
     (this runs once per chunk on the throughput path)."""
-    document, generation, filename = str(job.document_id), job.generation, job.filename
-    ids = point_ids(job.document_id, [r.ordinal for r in rows])
+    document = str(document_id)
+    ids = point_ids(document_id, [r.ordinal for r in rows])
     points = [
         Point(
             id=point,

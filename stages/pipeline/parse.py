@@ -24,7 +24,7 @@ from runtime.api import (
     JobContext,
     MissingInput,
 )
-from stages.db import checkpoints as store
+from stages.db import checkpoints
 from stages.parsing.formats.unit import Image, Unit
 from stages.parsing.wire import ParseRequest
 from stages.ports.assets import image_key
@@ -34,8 +34,8 @@ TRIM_CACHE_EVERY_PAGES = 200
 
 
 class ParseOutput(msgspec.Struct, frozen=True):
-    pages: list[store.Page]
-    assets: list[store.Asset]
+    pages: list[checkpoints.Page]
+    assets: list[checkpoints.Asset]
 
 
 class ParseStage:
@@ -81,20 +81,20 @@ class ParseStage:
 
     def _parse(self, job: Job, request: ParseRequest) -> ParseOutput:
         """Runs in a worker thread; stores images through the event loop as they come."""
-        pages: list[store.Page] = []
-        assets: list[store.Asset] = []
+        pages: list[checkpoints.Page] = []
+        assets: list[checkpoints.Asset] = []
 
         def take(unit: Unit) -> None:
-            pages.append(store.Page(unit.page, unit.text, unit.section))
+            pages.append(checkpoints.Page(unit.page, unit.text, unit.section))
             assets.extend(self._store(job, image) for image in unit.images)
 
         self.services.parser.parse(request, take)
         return ParseOutput(pages=pages, assets=assets)
 
-    def _store(self, job: Job, image: Image) -> store.Asset:
+    def _store(self, job: Job, image: Image) -> checkpoints.Asset:
         key = image_key(job.document_id, image.sha256, image.ext)
         anyio.from_thread.run(self.services.assets.put, key, image.data, image.media_type)
-        return store.Asset(
+        return checkpoints.Asset(
             sha256=image.sha256,
             object_key=key,
             media_type=image.media_type,
@@ -105,8 +105,8 @@ class ParseStage:
         )
 
     async def write(self, conn: DbConn, job: Job, output: ParseOutput) -> None:
-        await store.replace_pages(conn, job.document_id, output.pages)
-        await store.replace_assets(conn, job.document_id, output.assets)
+        await checkpoints.replace_pages(conn, job.document_id, output.pages)
+        await checkpoints.replace_assets(conn, job.document_id, output.assets)
 
     async def on_failed(self, job: Job) -> None:
         """Nothing to undo: images are content-addressed and go with the document."""

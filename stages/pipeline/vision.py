@@ -11,15 +11,15 @@ import hashlib
 import logging
 
 from runtime.api import DbConn, Job, JobContext, PermanentError, ProviderSpec, one_line
-from stages.db import checkpoints as store
+from stages.db import checkpoints
 from stages.pipeline._provider import ProviderStage
 
 log = logging.getLogger(__name__)
 
 
-def image_chunk(asset: store.Asset) -> store.NewChunk:
+def image_chunk(asset: checkpoints.Asset) -> checkpoints.NewChunk:
     text = f"Image on page {asset.page}: {asset.description}"
-    return store.NewChunk(
+    return checkpoints.NewChunk(
         text=text,
         page_start=asset.page,
         page_end=asset.page,
@@ -34,16 +34,16 @@ class VisionStage(ProviderStage):
     def provider(self) -> ProviderSpec | None:
         return self.services.vision_provider
 
-    async def process(self, ctx: JobContext) -> list[store.NewChunk]:
+    async def process(self, ctx: JobContext) -> list[checkpoints.NewChunk]:
         if not self.services.vision.describes:
             return []
-        for asset in await store.assets(ctx.pool, ctx.job.document_id):
+        for asset in await checkpoints.assets(ctx.pool, ctx.job.document_id):
             if asset.description is None:
                 await self._describe(ctx, asset)
-        described = await store.assets(ctx.pool, ctx.job.document_id)
+        described = await checkpoints.assets(ctx.pool, ctx.job.document_id)
         return [image_chunk(a) for a in described if a.description and a.description.strip()]
 
-    async def _describe(self, ctx: JobContext, asset: store.Asset) -> None:
+    async def _describe(self, ctx: JobContext, asset: checkpoints.Asset) -> None:
         data = await self.services.assets.get(asset.object_key)
         try:
             async with self.gate(ctx):
@@ -60,12 +60,12 @@ class VisionStage(ProviderStage):
         doc = ctx.job.document_id
 
         async def write(conn: DbConn) -> None:
-            await store.describe_asset(conn, doc, asset.sha256, text)
+            await checkpoints.describe_asset(conn, doc, asset.sha256, text)
 
         await ctx.checkpoint(write)
 
-    async def write(self, conn: DbConn, job: Job, output: list[store.NewChunk]) -> None:
-        await store.replace_image_chunks(conn, job.document_id, job.generation, output)
+    async def write(self, conn: DbConn, job: Job, output: list[checkpoints.NewChunk]) -> None:
+        await checkpoints.replace_image_chunks(conn, job.document_id, job.generation, output)
 
     async def on_failed(self, job: Job) -> None:
         """Nothing outside PostgreSQL to undo."""

@@ -17,7 +17,6 @@ from litestar import Controller, Request, Response, delete, get, post
 from litestar.datastructures import State
 from litestar.params import Parameter
 
-import schema
 from runtime.api import (
     ConfigurationError,
     Document,
@@ -28,18 +27,17 @@ from runtime.api import (
     retry_failed_jobs,
     stage_table,
     timeline,
-    to_struct,
 )
 from stages.actions import documents
 from stages.actions.documents import Reprocessing
 from stages.actions.search import search_live
 from stages.db import model_switch
+from stages.db import serve as serve_db
 from stages.ports.collections import check_collection_name
 from stages.serve import uploads
 from stages.serve.context import ServeContext, document_id
 from stages.serve.problems import problem
 
-Q = schema.load("serve")
 STATUSES = ("pending", "processing", "ready", "failed")
 MAX_PAGE = 500
 MAX_K = 100
@@ -157,10 +155,12 @@ async def query_documents(
         raise problem(400, f"status must be one of {', '.join(STATUSES)}")
     if stage is not None and stage not in ctx.stage_names:
         raise problem(400, f"stage must be one of {', '.join(ctx.stage_names)}")
-    at, after = decode_cursor(cursor) if cursor else (None, None)
-    rows = await ctx.pool.fetch(Q["documents_page"], status, stage, at, after, limit + 1)
-    docs = [DocumentOut.of(to_struct(Document, r)) for r in rows[:limit]]
-    more = len(rows) > limit
+    after = decode_cursor(cursor) if cursor else None
+    found = await serve_db.documents_page(
+        ctx.pool, status=status, stage=stage, after=after, limit=limit + 1
+    )
+    docs = [DocumentOut.of(d) for d in found[:limit]]
+    more = len(found) > limit
     return DocumentPage(documents=docs, next_cursor=encode_cursor(docs[-1]) if more else None)
 
 
@@ -168,9 +168,8 @@ async def document_detail(ctx: ServeContext, doc_id: uuid.UUID) -> DocumentDetai
     t = await timeline(ctx.pool, doc_id)
     if t is None:
         raise problem(404, f"no document {doc_id}")
-    row = await ctx.pool.fetchrow(Q["document_counts"], doc_id, t.document.generation)
-    assert row is not None  # one row of scalar subqueries, always
-    counts = Counts(points=await _points(ctx, doc_id), **dict(row))
+    found = await serve_db.document_counts(ctx.pool, doc_id, t.document.generation)
+    counts = Counts(points=await _points(ctx, doc_id), **msgspec.structs.asdict(found))
     base = msgspec.structs.asdict(DocumentOut.of(t.document))
     return DocumentDetail(**base, jobs=t.jobs, waiting=t.waiting, counts=counts)
 
@@ -179,7 +178,7 @@ async def _points(ctx: ServeContext, doc_id: uuid.UUID) -> int | None:
     services = ctx.services
     try:
         live = await model_switch.live(ctx.pool, services)
-        return await services.index.count(live.collection, doc_id)
+        return await services.index.count(live.vector_collection, doc_id)
     except MissingInput:  # nothing indexed with this model yet
         return 0
     except Exception:  # the index is another service: its outage must not hide the rest

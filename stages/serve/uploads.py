@@ -27,14 +27,12 @@ import msgspec
 import multipart
 from litestar.exceptions import InternalServerException
 
-import schema
 from runtime.api import DocumentRepository, InvalidDocument, NewDocument, Submitted
 from stages.actions.submit import FIRST_STAGE, PDF, new_document
+from stages.db import serve as serve_db
 from stages.parsing.formats.detect import by_media_type, detect
 from stages.ports.assets import AssetStore, Stored, original_key
 from stages.serve.problems import problem
-
-Q = schema.load("serve")
 
 _FLUSH = 1 << 20
 MAX_FILENAME = 255
@@ -268,7 +266,7 @@ async def store(
 ) -> Submitted:
     """Bytes into the asset store (durable), then the document row + first job, atomically."""
     if idempotency_key is not None:
-        known = await pool.fetchval(Q["find_upload_key"], idempotency_key)
+        known = await serve_db.upload_key_document(pool, idempotency_key)
         if known is not None:
             return Submitted(document_id=known, created=False)
     docs = DocumentRepository(pool)
@@ -282,7 +280,11 @@ async def store(
         result = await _commit(pool, new, idempotency_key)
     except _KeyTaken:
         await assets.delete(stored.key)
-        known = await pool.fetchval(Q["find_upload_key"], idempotency_key)
+        known = await serve_db.upload_key_document(pool, idempotency_key or "")
+        if known is None:  # the winner's document was deleted since it committed
+            raise problem(
+                409, "the upload with this Idempotency-Key was deleted meanwhile"
+            ) from None
         return Submitted(document_id=known, created=False)
     except BaseException:
         with anyio.CancelScope(shield=True):
@@ -299,7 +301,7 @@ async def _commit(pool: asyncpg.Pool[Any], new: NewDocument, idem: str | None) -
         if (
             idem is not None
             and result.created
-            and await conn.fetchval(Q["insert_upload_key"], idem, result.document_id) is None
+            and not await serve_db.remember_upload_key(conn, idem, result.document_id)
         ):
             raise _KeyTaken
         return result

@@ -88,7 +88,7 @@ class Probe:
                     continue
                 self.answers.append(
                     Answer(
-                        live.collection,
+                        live.vector_collection,
                         [
                             (
                                 h.payload["document_id"],

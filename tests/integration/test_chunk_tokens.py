@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from stages.app import status_notes
-from stages.db import checkpoints as store
+from stages.db import checkpoints
 from tests.support.pipeline_env import PipelineEnv, TimedCohere, cohere_env, pipeline_env, sample
 
 pytestmark = pytest.mark.anyio
@@ -78,7 +78,7 @@ async def test_chunks_over_the_window_are_recorded_counted_and_shown(
         assert await status_notes(env.pool, None) == [
             f"chunks over the embedder's window: {len(flagged)} (in 1 documents)"
         ]
-        sizes = await store.chunk_tokens(env.pool, doc)
+        sizes = await checkpoints.chunk_tokens(env.pool, doc)
         assert (sizes.chunks, sizes.over_window) == (len(rows), len(flagged))
 
         # Back to the default size (the window): nothing is over it any more.
@@ -87,5 +87,5 @@ async def test_chunks_over_the_window_are_recorded_counted_and_shown(
         assert await status_notes(env.pool, None) == [
             "chunks over the embedder's window: 0 (in 0 documents)"
         ]
-        largest = (await store.chunk_tokens(env.pool, doc)).max_tokens
+        largest = (await checkpoints.chunk_tokens(env.pool, doc)).max_tokens
         assert largest is not None and 400 < largest <= 512

@@ -12,7 +12,7 @@ from runtime.models import DocumentStatus, JobState
 from stages.actions import migrate_model
 from stages.actions.documents import delete_points
 from stages.actions.verify import repair, verify
-from stages.db import checkpoints as store
+from stages.db import checkpoints
 from stages.ports.vector_index import new_point, vector_collection_name
 from tests.integration.conftest import OpenPipeline
 from tests.support.pipeline_env import FAKE_DIMS, PipelineEnv, TimedCohere, sample
@@ -33,7 +33,7 @@ async def test_the_sweep_failing_an_index_job_removes_its_partial_points(
         # A worker leased the index job on its last attempt, wrote part of the points,
         # and died: its lease has expired.
         [job] = await env.jobs.claim("index", "gone:1:dead", 1, 30)
-        rows = await store.chunk_vectors(env.pool, doc_id, env.probe.embedder.model)
+        rows = await checkpoints.chunk_vectors(env.pool, doc_id, env.probe.embedder.model)
         partial = [new_point(doc_id, r.ordinal, job.generation, r.vector or []) for r in rows[:2]]
         collection = env.probe.vector_collection
         await env.probe.index.ensure_collection(collection, FAKE_DIMS)

@@ -1,4 +1,4 @@
-"""The embed stage's one read (store.texts_to_embed): only the texts a model has no
+"""The embed stage's one read (checkpoints.texts_to_embed): only the texts a model has no
 vector for are shipped, each once, in reading order."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import uuid
 import asyncpg
 import pytest
 
-from stages.db import checkpoints as store
+from stages.db import checkpoints
 
 pytestmark = pytest.mark.anyio
 
 
-def chunk(text: str) -> store.NewChunk:
+def chunk(text: str) -> checkpoints.NewChunk:
     sha = hashlib.sha256(text.encode()).hexdigest()
-    return store.NewChunk(text=text, page_start=1, page_end=1, sha256=sha)
+    return checkpoints.NewChunk(text=text, page_start=1, page_end=1, sha256=sha)
 
 
 async def new_document(conn: asyncpg.Connection) -> uuid.UUID:
@@ -36,18 +36,18 @@ async def test_only_uncached_texts_are_read_once_each_in_order(dsn: str) -> None
         doc = await new_document(conn)
         texts = ["tides", "cached", "spring tides", "tides", "neap", "cached"]
         chunks = [chunk(t) for t in texts]
-        await store.replace_text_chunks(conn, doc, 1, chunks)
-        await store.insert_embeddings(conn, "m1", [(chunks[1].sha256, [0.5, 0.5])])
+        await checkpoints.replace_text_chunks(conn, doc, 1, chunks)
+        await checkpoints.insert_embeddings(conn, "m1", [(chunks[1].sha256, [0.5, 0.5])])
 
-        found = await store.texts_to_embed(conn, doc, "m1")
+        found = await checkpoints.texts_to_embed(conn, doc, "m1")
         assert found.texts == 4  # distinct texts, cached or not
         assert list(found.misses.values()) == ["tides", "spring tides", "neap"]
         assert all(hashlib.sha256(t.encode()).hexdigest() == s for s, t in found.misses.items())
 
-        other = await store.texts_to_embed(conn, doc, "m2")  # another model's cache
+        other = await checkpoints.texts_to_embed(conn, doc, "m2")  # another model's cache
         assert list(other.misses.values()) == ["tides", "cached", "spring tides", "neap"]
 
-        empty = await store.texts_to_embed(conn, await new_document(conn), "m1")
+        empty = await checkpoints.texts_to_embed(conn, await new_document(conn), "m1")
         assert (empty.texts, empty.misses) == (0, {})
     finally:
         await conn.close()
@@ -60,14 +60,14 @@ async def test_the_read_looks_each_text_up_by_key_as_a_generic_plan(dsn: str) ->
     try:
         doc = await new_document(conn)
         chunks = [chunk(f"text {i}") for i in range(500)]
-        await store.replace_text_chunks(conn, doc, 1, chunks)
-        await store.insert_embeddings(conn, "m1", [(c.sha256, [1.0]) for c in chunks[::2]])
+        await checkpoints.replace_text_chunks(conn, doc, 1, chunks)
+        await checkpoints.insert_embeddings(conn, "m1", [(c.sha256, [1.0]) for c in chunks[::2]])
         # A cache of other documents' texts, so that reading it whole is not cheap.
         others = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(20_000)]
-        await store.insert_embeddings(conn, "m1", [(sha, [1.0]) for sha in others])
+        await checkpoints.insert_embeddings(conn, "m1", [(sha, [1.0]) for sha in others])
         await conn.execute("ANALYZE chunks, embeddings")
         await conn.execute("SET plan_cache_mode = force_generic_plan")
-        sql = store.Q["document_texts_to_embed"]
+        sql = checkpoints.Q["document_texts_to_embed"]
         await conn.execute(f"PREPARE texts_to_embed (uuid, text) AS {sql}")
         plan = "\n".join(
             r[0] for r in await conn.fetch(f"EXPLAIN EXECUTE texts_to_embed('{doc}', 'm1')")

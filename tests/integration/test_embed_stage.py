@@ -18,7 +18,7 @@ from runtime.errors import TransientError
 from runtime.models import DocumentStatus, JobRow, JobState
 from runtime.providers.specs import CircuitConfig
 from stages.adapters.embedder.local import LocalEmbedder, LocalEmbedderConfig
-from stages.db import checkpoints as store
+from stages.db import checkpoints
 from tests.integration.conftest import OpenPipeline
 from tests.support.pipeline_env import (
     PipelineEnv,
@@ -208,14 +208,14 @@ def counting_local(monkeypatch: pytest.MonkeyPatch) -> Callable[..., CountingLoc
         async def embed(self: object, texts: list[str], input_type: str) -> list[list[float]]:
             return await counting.embed(self, texts, input_type)
 
-        original = store.insert_embeddings
+        original = checkpoints.insert_embeddings
 
         async def insert(conn: Any, model: str, items: Any) -> None:
             counting.inserts.append(len(items))
             await original(conn, model, items)
 
         monkeypatch.setattr(LocalEmbedder, "embed", embed)
-        monkeypatch.setattr(store, "insert_embeddings", insert)
+        monkeypatch.setattr(checkpoints, "insert_embeddings", insert)
         return counting
 
     return install

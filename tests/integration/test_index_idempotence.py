@@ -18,7 +18,7 @@ from runtime.errors import LeaseLost
 from runtime.models import DocumentStatus, JobState
 from runtime.worker.inflight import Context
 from stages.actions import verify
-from stages.db import checkpoints as store
+from stages.db import checkpoints
 from stages.pipeline import index as index_stage
 from stages.pipeline.index import IndexStage
 from stages.ports.vector_index import point_id
@@ -167,14 +167,14 @@ async def test_shrinking_reprocess_leaves_no_orphan_points(
     new generation's last slice drops the old one's points."""
     monkeypatch.setattr(index_stage, "SLICE_POINTS", slice_points)
     read: list[int] = []
-    chunk_vectors = store.chunk_vectors
+    chunk_vectors = checkpoints.chunk_vectors
 
-    async def counted(*args: Any, **kwargs: Any) -> list[store.ChunkVector]:
+    async def counted(*args: Any, **kwargs: Any) -> list[checkpoints.ChunkVector]:
         rows = await chunk_vectors(*args, **kwargs)
         read.append(len(rows))
         return rows
 
-    monkeypatch.setattr(store, "chunk_vectors", counted)
+    monkeypatch.setattr(checkpoints, "chunk_vectors", counted)
     small = {"RAGLINE_CHUNK_TOKENS": "300", "RAGLINE_CHUNK_OVERLAP_TOKENS": "30"}
     async with pipeline_env(dsn, tmp_path / "d", **cohere_env(fake_cohere, **small)) as env:
         paths = [

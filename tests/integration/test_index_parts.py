@@ -12,7 +12,7 @@ import qdrant_edge as qe
 
 from bench.index_parts import measure_index_parts
 from bench.standins import ZeroEmbedder, hash_vectors
-from stages.db import checkpoints as store
+from stages.db import checkpoints
 from stages.pipeline.index import SLICE_POINTS
 
 pytestmark = pytest.mark.anyio
@@ -27,14 +27,14 @@ async def ready_document(conn: asyncpg.Connection, texts: list[str]) -> None:
         doc.hex,
     )
     chunks = [
-        store.NewChunk(
+        checkpoints.NewChunk(
             text=t, page_start=1, page_end=1, sha256=hashlib.sha256(t.encode()).hexdigest()
         )
         for t in texts
     ]
-    await store.replace_text_chunks(conn, doc, 1, chunks)
+    await checkpoints.replace_text_chunks(conn, doc, 1, chunks)
     items = [(c.sha256, v) for c, v in zip(chunks, hash_vectors(texts), strict=True)]
-    await store.insert_embeddings(conn, ZeroEmbedder().model, items)
+    await checkpoints.insert_embeddings(conn, ZeroEmbedder().model, items)
 
 
 async def test_every_ready_documents_points_are_upserted(dsn: str, tmp_path: Path) -> None:

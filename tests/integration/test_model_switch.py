@@ -84,7 +84,7 @@ async def test_switch_on_qdrant_moves_the_alias_and_drops_the_old_collection(
         old = await model_switch.live(env.pool, svc)
 
         started = await migrate_model.begin(env.pool, svc, MODEL_B)
-        assert started.state == "building" and started.from_collection == old.collection
+        assert started.state == "building" and started.from_collection == old.vector_collection
         late = await env.submit(long_pdf(tmp_path / "late.pdf", 12, seed="-late"))
         await run_pipeline(env, index)  # embeds with both models, indexes both
         marked = await env.pool.fetchval(
@@ -100,13 +100,13 @@ async def test_switch_on_qdrant_moves_the_alias_and_drops_the_old_collection(
         done = await migrate_model.migrate(env.pool, svc, MODEL_B)
         assert (done.state, done.ready, done.migrated) == ("done", 3, 3)
         new = await model_switch.live(env.pool, svc)
-        assert new.model == MODEL_B and new.collection == started.to_collection
+        assert new.model == MODEL_B and new.vector_collection == started.to_collection
         aliases: Any = await index._client.get_aliases()
         assert [(a.alias_name, a.collection_name) for a in aliases.aliases] == [
-            (model_switch.ALIAS, new.collection)
+            (model_switch.ALIAS, new.vector_collection)
         ]
-        assert await index.collections() == [new.collection]
-        assert await points_per_document(index, new.collection) == chunks
+        assert await index.collections() == [new.vector_collection]
+        assert await points_per_document(index, new.vector_collection) == chunks
         text = await env.pool.fetchval("SELECT text FROM chunks ORDER BY ordinal LIMIT 1")
         live, hits = await search_live(env.pool, svc, text, 1000, None)
         assert live == new and len(hits) == sum(chunks.values())
@@ -132,7 +132,7 @@ async def test_a_second_target_is_refused_and_cancel_leaves_search_alone(
             await migrate_model.begin(env.pool, svc, f"cohere/embed-c@{FAKE_DIMS}")
         cancelled = await migrate_model.cancel(env.pool, svc)
         assert cancelled is not None and cancelled.id == started.id
-        assert await index.collections() == [old.collection]
+        assert await index.collections() == [old.vector_collection]
         assert await model_switch.live(env.pool, svc) == old
         assert await migrate_model.progress(env.pool) is None
         await svc.aclose()
@@ -159,7 +159,7 @@ async def test_a_document_reprocessed_while_migrated_is_done_again_at_its_genera
         svc = services(env, index)
         migration = await migrate_model.begin(env.pool, svc, MODEL_B)
         await index.ensure_collection(migration.to_collection, FAKE_DIMS)
-        [row] = await env.pool.fetch(model_switch.Q["migration_todo"], migration.id, 10)
+        [row] = await model_switch.pending(env.pool, migration.id, 10)
         # The document moves to generation 2 after the migrator read it at generation 1.
         assert await env.docs.reprocess(doc, "index") == 2
         await migrate_model.migrate_document(env.pool, svc, migration, row)

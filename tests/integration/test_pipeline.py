@@ -25,7 +25,7 @@ import pytest
 from runtime.errors import InvalidDocument
 from runtime.models import DocumentStatus, JobState
 from stages.actions import verify
-from stages.db import checkpoints as store
+from stages.db import checkpoints
 from stages.parsing.process import ParserProcess
 from stages.parsing.wire import ParseRequest
 from stages.pipeline import STAGES
@@ -180,8 +180,8 @@ async def test_a_parser_crash_costs_its_document_an_attempt_not_the_worker(
         assert "long.pdf: the parser process was killed by SIGKILL" in (job.last_error or "")
         [other] = await env.stage_jobs(by_name["lighthouses.pdf"], "parse")
         assert (other.state, other.attempts) == (JobState.SUCCEEDED, 1)
-        assert len(await store.pages(env.pool, by_name["long.pdf"])) == 300
-        assert await store.pages(env.pool, by_name["lighthouses.pdf"])
+        assert len(await checkpoints.pages(env.pool, by_name["long.pdf"])) == 300
+        assert await checkpoints.pages(env.pool, by_name["lighthouses.pdf"])
 
 
 async def test_broken_pdfs_fail_at_parse_once_and_good_ones_finish(

@@ -12,8 +12,7 @@ import asyncpg
 import pytest
 
 from stages.adapters.assets.directory import DirStore
-from stages.db import checkpoints as store
-from stages.db import sources
+from stages.db import checkpoints, sources
 from stages.ports.assets import image_key, original_key
 
 pytestmark = pytest.mark.anyio
@@ -34,8 +33,8 @@ def new_doc(doc_id: uuid.UUID, sha: str, uri: str = "x.pdf") -> sources.NewSourc
     )
 
 
-def image(doc_id: uuid.UUID, sha: str) -> store.Asset:
-    return store.Asset(
+def image(doc_id: uuid.UUID, sha: str) -> checkpoints.Asset:
+    return checkpoints.Asset(
         sha256=sha,
         object_key=image_key(doc_id, sha, "png"),
         media_type="image/png",
@@ -57,7 +56,7 @@ async def test_superseded_objects_go_once_the_new_version_is_indexed(
         assert await sources.insert_document(pool, source, new_doc(doc_id, SHA["a"]), "parse")
         old_images = [image(doc_id, SHA["b"]), image(doc_id, SHA["c"])]
         async with pool.acquire() as conn:
-            await store.replace_assets(conn, doc_id, old_images)
+            await checkpoints.replace_assets(conn, doc_id, old_images)
         keys = [original_key(doc_id, SHA["a"]), *(a.object_key for a in old_images)]
         for key in keys:
             await assets.put(key, b"old", "application/octet-stream")
@@ -67,7 +66,7 @@ async def test_superseded_objects_go_once_the_new_version_is_indexed(
         # The new version's parse finds image c again and a new one, e.
         new_images = [image(doc_id, SHA["c"]), image(doc_id, SHA["e"])]
         async with pool.acquire() as conn:
-            await store.replace_assets(conn, doc_id, new_images)
+            await checkpoints.replace_assets(conn, doc_id, new_images)
         for key in [original_key(doc_id, SHA["d"]), new_images[1].object_key]:
             await assets.put(key, b"new", "application/octet-stream")
 

@@ -40,7 +40,7 @@ from runtime.models import Document, JobRow, NewJob
 from runtime.worker.config import WorkerConfig
 from runtime.worker.worker import Worker
 from stages.actions.submit import submit
-from stages.db import checkpoints as store
+from stages.db import checkpoints
 from stages.pipeline import STAGES, pipeline_for
 from stages.ports.vector_index import PointRef, point_id
 from stages.services import Services
@@ -193,11 +193,11 @@ class PipelineEnv:
             await self.pool.fetchval("SELECT count(*) FROM stage_jobs WHERE stage = $1", stage)
         )
 
-    async def chunks(self, doc_id: uuid.UUID) -> list[store.ChunkRow]:
-        return await store.chunks(self.pool, doc_id)
+    async def chunks(self, doc_id: uuid.UUID) -> list[checkpoints.ChunkRow]:
+        return await checkpoints.chunks(self.pool, doc_id)
 
-    async def doc_assets(self, doc_id: uuid.UUID) -> list[store.Asset]:
-        return await store.assets(self.pool, doc_id)
+    async def doc_assets(self, doc_id: uuid.UUID) -> list[checkpoints.Asset]:
+        return await checkpoints.assets(self.pool, doc_id)
 
     async def embeddings(self, model: str) -> int:
         return int(

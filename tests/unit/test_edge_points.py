@@ -9,7 +9,7 @@ import numpy as np
 import qdrant_edge as qe
 
 from stages.adapters.vector_index.edge.points import BODY_FIELD, edge_points, payload_of
-from stages.db import checkpoints as store
+from stages.db import checkpoints
 from stages.ports.vector_index import Point
 
 
@@ -60,8 +60,8 @@ def test_only_a_tenant_other_than_default_is_stored_as_a_field() -> None:
 
 def test_a_cached_vector_array_is_stored_as_its_floats(tmp_path: Path) -> None:
     """The cache's ``array('f')`` vectors (no list of floats) reach the shard unchanged."""
-    data = np.array([[0.6, 0.8], [-0.25, 1.5e-7]], dtype=store.VECTOR_DTYPE)
-    vectors = store.vectors_of([row.tobytes() for row in data])
+    data = np.array([[0.6, 0.8], [-0.25, 1.5e-7]], dtype=checkpoints.VECTOR_DTYPE)
+    vectors = checkpoints.vectors_of([row.tobytes() for row in data])
     payload = {"document_id": "d", "generation": 1}
     points = [Point(id=uuid.uuid4(), vector=v or [], payload=payload) for v in vectors]
     shard = _shard(tmp_path / "s", distance=qe.Distance.Dot)

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from runtime.models import Job
-from stages.db import checkpoints as store
+from stages.db import checkpoints
 from stages.pipeline.index import document_points, payload
 from stages.ports.vector_index import new_point, point_id, point_ids
 
@@ -20,10 +20,10 @@ def test_point_ids_are_uuid5_ids() -> None:
         assert all(i.version == 5 for i in point_ids(doc, ordinals))
 
 
-def rows(count: int) -> list[store.ChunkVector]:
+def rows(count: int) -> list[checkpoints.ChunkVector]:
     rng = np.random.default_rng(3)
     return [
-        store.ChunkVector(
+        checkpoints.ChunkVector(
             ordinal=n, kind="text" if n % 3 else "image", text=f"chunk {n}", page_start=n,
             page_end=n + 1, generation=2, vector=rng.random(8).tolist(),
         )
@@ -42,16 +42,17 @@ def test_document_points_equal_new_point() -> None:
         new_point(job.document_id, r.ordinal, job.generation, r.vector or [], payload(r, job))
         for r in chunks
     ]
-    assert document_points(chunks, job) == expected
+    built = document_points(chunks, job.document_id, job.generation, job.filename)
+    assert built == expected
 
 
 def test_vectors_decode_together_or_one_by_one() -> None:
-    vectors = np.random.default_rng(1).random((5, 6)).astype(store.VECTOR_DTYPE)
+    vectors = np.random.default_rng(1).random((5, 6)).astype(checkpoints.VECTOR_DTYPE)
     data: list[bytes | None] = [v.tobytes() for v in vectors]
-    decoded = store.vectors_of(data)
+    decoded = checkpoints.vectors_of(data)
     # The stored big-endian floats, as this machine's float32 (exactly: no rounding).
     assert [list(v or []) for v in decoded] == vectors.astype(np.float32).tolist()
-    assert decoded == [store.vector_of(d) for d in data]
+    assert decoded == [checkpoints.vector_of(d) for d in data]
     data[2] = None
-    assert store.vectors_of(data) == [store.vector_of(d) for d in data]
-    assert store.vectors_of([]) == []
+    assert checkpoints.vectors_of(data) == [checkpoints.vector_of(d) for d in data]
+    assert checkpoints.vectors_of([]) == []
