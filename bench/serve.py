@@ -258,7 +258,7 @@ async def fill_index(data_dir: Path, points: int) -> str:
     )
     async with services.lifespan():
         dims = services.embedder.dimensions
-        await services.index.ensure_collection(services.vector_collection, dims)
+        await services.index.ensure_vector_collection(services.vector_collection, dims)
         rng = random.Random(7)
         batch: list[Any] = []
         for i in range(points):

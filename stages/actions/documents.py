@@ -119,7 +119,7 @@ async def delete_document(
 
 async def delete_points(services: Services, document_id: uuid.UUID) -> None:
     """Remove a document's points from every vector collection (every model's)."""
-    for vector_collection in await services.index.collections():
+    for vector_collection in await services.index.vector_collections():
         try:
             await services.index.delete_document(vector_collection, document_id)
         except MissingInput:

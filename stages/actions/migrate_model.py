@@ -128,7 +128,9 @@ async def migrate(
         migration = await begin(pool, services, model)
         target = migration.target
         if migration.state == "building":
-            await services.index.ensure_collection(target.vector_collection, target.dimensions)
+            await services.index.ensure_vector_collection(
+                target.vector_collection, target.dimensions
+            )
             while not await _swap(pool, migration):
                 while todo := await switch.pending(pool, migration.id, batch):
                     for doc in todo:
@@ -222,7 +224,7 @@ async def _finish(pool: Pool, services: Services, migration: Migration) -> None:
     """After the swap: Qdrant's alias follows, the old collection goes, the row is done."""
     await services.index.point_alias(switch.ALIAS, migration.to_collection)
     if migration.from_collection != migration.to_collection:
-        await services.index.drop_collection(migration.from_collection)
+        await services.index.drop_vector_collection(migration.from_collection)
     await switch.finish_migration(pool, migration.id)
 
 
@@ -239,5 +241,5 @@ async def cancel(pool: Pool, services: Services) -> Migration | None:
                 f"{found.to_model} to delete the old collection"
             )
         await switch.cancel_migration(pool, found.id)
-        await services.index.drop_collection(found.to_collection)
+        await services.index.drop_vector_collection(found.to_collection)
         return found

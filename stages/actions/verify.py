@@ -103,7 +103,7 @@ async def scan_others(
 ) -> dict[str, dict[str, list[PointRef]]]:
     """``{collection: {document: points}}`` for every collection but the current one
     (and ``skip``: a building migration's)."""
-    names = [c for c in await services.index.collections() if c != current and c not in skip]
+    names = [c for c in await services.index.vector_collections() if c != current and c not in skip]
     return {name: await scan_index(services, name, tenant) for name in names}
 
 

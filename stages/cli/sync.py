@@ -139,7 +139,7 @@ class Syncer:
 
         source = await sources.find_source(pool, self.scanner.uri)
         if source is not None:
-            check_collection(source, collection)
+            check_vector_collection(source, collection)
         todo = await plan(pool, self.scanner, source.id if source else None)
         name = source.collection if source else (collection or "default")
         return describe(todo, self.scanner.uri, name, dry_run=True)
@@ -148,7 +148,7 @@ class Syncer:
         from stages.actions.sync import Outcome, apply, plan
 
         source = await sources.ensure_source(pool, self.scanner.uri, collection or "default")
-        check_collection(source, collection)
+        check_vector_collection(source, collection)
         async with sources.source_lock(pool, source.id):
             todo = await plan(pool, self.scanner, source.id)
             outcome = Outcome()
@@ -216,7 +216,7 @@ def applying(todo: Plan, show: bool) -> Iterator[Callable[[], None]]:
         yield lambda: bar.advance(task)
 
 
-def check_collection(source: sources.Source, wanted: str | None) -> None:
+def check_vector_collection(source: sources.Source, wanted: str | None) -> None:
     if wanted is not None and wanted != source.collection:
         raise ConfigurationError(
             f"sync: {escape_name(source.uri)} is synced into collection {source.collection!r},"

@@ -72,7 +72,7 @@ class IndexStage:
         # Before any work: with the embedded index, another process that holds the shard
         # takes the job (a snooze) instead of this one waiting for it.
         await index.reserve(live.vector_collection)
-        await index.ensure_collection(live.vector_collection, live.dimensions)
+        await index.ensure_vector_collection(live.vector_collection, live.dimensions)
         points = await self._stream(ctx, live.vector_collection, live.model, tenant, embed=True)
         assert points is not None  # embed=True raises instead
         # The older versions' points are gone now: their stored objects go too (sync).
@@ -146,7 +146,9 @@ class IndexStage:
         """While a model switch builds, write its collection too (when the embed stage
         gave this document the target model's vectors; else the migrator will)."""
         target = migration.target
-        await self.services.index.ensure_collection(target.vector_collection, target.dimensions)
+        await self.services.index.ensure_vector_collection(
+            target.vector_collection, target.dimensions
+        )
         points = await self._stream(
             ctx, target.vector_collection, target.model, tenant, embed=False
         )
@@ -182,7 +184,7 @@ class IndexStage:
             )
 
     async def on_failed(self, job: Job) -> None:
-        for collection in await self.services.index.collections():
+        for collection in await self.services.index.vector_collections():
             await self.services.index.delete_generation(collection, job.document_id, job.generation)
 
 

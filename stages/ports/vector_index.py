@@ -100,7 +100,8 @@ def point_ref(point_id: Any, payload: Mapping[str, Any] | None) -> PointRef:
 
 
 class VectorIndex(Protocol):
-    """A vector store with one collection per embedding model and dimension."""
+    """A vector store with one vector collection per embedding model and dimension (the
+    tenant, a document's ``collection``, is a payload field inside it)."""
 
     @property
     def single_writer(self) -> bool:
@@ -108,64 +109,79 @@ class VectorIndex(Protocol):
         holds the shard runs every index job), rather than any number (a server)."""
         ...
 
-    async def ensure_collection(self, name: str, dimensions: int) -> None:
-        """Create the collection (cosine, keyword index on document_id) unless it exists."""
+    async def ensure_vector_collection(self, name: str, dimensions: int) -> None:
+        """Create the vector collection (cosine, keyword index on document_id) unless it
+        exists."""
 
-    async def reserve(self, collection: str) -> None:
-        """Before an index job writes ``collection``: raise :class:`runtime.api.Snooze`
+    async def reserve(self, vector_collection: str) -> None:
+        """Before an index job writes ``vector_collection``: raise :class:`runtime.api.Snooze`
         when another process is better placed to write it now (the embedded index: it
         holds the shard); a server index has nothing to do."""
 
-    async def upsert(self, collection: str, points: Sequence[Point]) -> None:
+    async def upsert(self, vector_collection: str, points: Sequence[Point]) -> None:
         """Insert or replace ``points`` by id."""
 
     async def replace_document(
-        self, collection: str, document_id: uuid.UUID, generation: int, points: Sequence[Point]
+        self,
+        vector_collection: str,
+        document_id: uuid.UUID,
+        generation: int,
+        points: Sequence[Point],
     ) -> None:
         """Upsert ``points`` (all of ``document_id`` and ``generation``), then delete the
         document's points of every other generation; re-running it changes nothing."""
 
     async def delete_document(
-        self, collection: str, document_id: uuid.UUID, *, keep_generation: int | None = None
+        self, vector_collection: str, document_id: uuid.UUID, *, keep_generation: int | None = None
     ) -> None:
         """Delete the document's points, or only those not written by ``keep_generation``."""
 
     async def delete_generation(
-        self, collection: str, document_id: uuid.UUID, generation: int
+        self, vector_collection: str, document_id: uuid.UUID, generation: int
     ) -> None:
         """Delete the points that ``generation`` wrote for the document."""
 
-    async def count(self, collection: str, document_id: uuid.UUID | None = None) -> int:
-        """Exact number of points, in the collection or of one document."""
+    async def count(self, vector_collection: str, document_id: uuid.UUID | None = None) -> int:
+        """Exact number of points, in the vector collection or of one document."""
         ...
 
     async def scan(
-        self, collection: str, document_id: uuid.UUID | None = None, *, tenant: str | None = None
+        self,
+        vector_collection: str,
+        document_id: uuid.UUID | None = None,
+        *,
+        tenant: str | None = None,
     ) -> list[PointRef]:
         """Every point (of one document, or all; of one tenant collection, or all) with its
         document and generation."""
         ...
 
-    async def point_ids(self, collection: str, document_id: uuid.UUID) -> list[uuid.UUID]:
+    async def point_ids(self, vector_collection: str, document_id: uuid.UUID) -> list[uuid.UUID]:
         """Ids of the document's points."""
         ...
 
     async def search(
-        self, collection: str, vector: Sequence[float], limit: int, *, tenant: str | None = None
+        self,
+        vector_collection: str,
+        vector: Sequence[float],
+        limit: int,
+        *,
+        tenant: str | None = None,
     ) -> list[Hit]:
         """The ``limit`` points nearest to ``vector``, nearest first; only points of the
         ``tenant`` collection (payload field ``collection``) when one is given."""
         ...
 
-    async def drop_collection(self, name: str) -> None:
+    async def drop_vector_collection(self, name: str) -> None:
         """Delete a whole vector collection (after a model switch); absent: nothing."""
 
-    async def point_alias(self, alias: str, collection: str) -> None:
-        """Make ``alias`` name ``collection`` in one atomic step where the index has
+    async def point_alias(self, alias: str, vector_collection: str) -> None:
+        """Make ``alias`` name ``vector_collection`` in one atomic step where the index has
         aliases (Qdrant); the embedded index keeps its alias in PostgreSQL only."""
 
-    async def collections(self) -> list[str]:
-        """ragline's collections (every model's), sorted: delete and verify cover them all."""
+    async def vector_collections(self) -> list[str]:
+        """ragline's vector collections (every model's), sorted: delete and verify cover
+        them all."""
         ...
 
     async def aclose(self) -> None:
@@ -228,7 +244,7 @@ def is_ragline_collection(name: str) -> bool:
     return name.startswith("ragline_") and bool(_COLLECTION.fullmatch(name))
 
 
-def check_collection(name: str) -> str:
+def check_vector_collection(name: str) -> str:
     if not _COLLECTION.fullmatch(name):
         raise ValueError(f"invalid collection name {name!r}: use vector_collection_name()")
     return name
@@ -261,5 +277,5 @@ def batches(points: Sequence[Point], size: int) -> Iterator[Sequence[Point]]:
         yield points[start : start + size]
 
 
-def missing_collection(name: str) -> MissingInput:
+def missing_vector_collection(name: str) -> MissingInput:
     return MissingInput(f"vector collection {name!r} does not exist (nothing indexed yet?)")

@@ -36,7 +36,7 @@ async def test_the_sweep_failing_an_index_job_removes_its_partial_points(
         rows = await checkpoints.chunk_vectors(env.pool, doc_id, env.probe.embedder.model)
         partial = [new_point(doc_id, r.ordinal, job.generation, r.vector or []) for r in rows[:2]]
         collection = env.probe.vector_collection
-        await env.probe.index.ensure_collection(collection, FAKE_DIMS)
+        await env.probe.index.ensure_vector_collection(collection, FAKE_DIMS)
         await env.probe.index.upsert(collection, partial)
         await env.probe.aclose()  # let the worker's process have the embedded index
         await env.pool.execute(
@@ -117,7 +117,7 @@ async def test_delete_removes_points_from_every_collection(
         switched = {"RAGLINE_EMBED_DIMENSIONS": "32"}
         await env.run(env=switched)
         services = env.services(**switched)
-        collections = await services.index.collections()
+        collections = await services.index.vector_collections()
         assert len(collections) == 2
         assert all([await points_in(env, c, doc_id) > 0 for c in collections])
         await delete_points(services, doc_id)

@@ -57,7 +57,7 @@ async def put(index: VectorIndex, collection: str, tenant: str | None, n: int) -
 
 
 async def test_search_and_scan_see_only_their_collection(index: VectorIndex) -> None:
-    await index.ensure_collection(OLD, DIM)
+    await index.ensure_vector_collection(OLD, DIM)
     alpha = await put(index, OLD, "alpha", 5)
     beta = await put(index, OLD, "beta", 7)
     legacy = await put(index, OLD, None, 2)  # no field: belongs to "default"
@@ -78,26 +78,26 @@ async def test_search_and_scan_see_only_their_collection(index: VectorIndex) -> 
 
 
 async def test_drop_collection_leaves_the_others(index: VectorIndex) -> None:
-    await index.ensure_collection(OLD, DIM)
-    await index.ensure_collection(NEW, DIM)
+    await index.ensure_vector_collection(OLD, DIM)
+    await index.ensure_vector_collection(NEW, DIM)
     await put(index, OLD, "alpha", 3)
     await put(index, NEW, "alpha", 4)
-    await index.drop_collection(OLD)
-    assert await index.collections() == [NEW]
+    await index.drop_vector_collection(OLD)
+    assert await index.vector_collections() == [NEW]
     with pytest.raises(MissingInput):
         await index.search(OLD, vec(0), 5)
     assert await index.count(NEW) == 4
-    await index.drop_collection(OLD)  # absent: nothing to do
+    await index.drop_vector_collection(OLD)  # absent: nothing to do
     # Created again when asked for (a migration back to the old model).
-    await index.ensure_collection(OLD, DIM)
+    await index.ensure_vector_collection(OLD, DIM)
     assert await index.count(OLD) == 0
 
 
 async def test_qdrant_alias_moves_in_one_step() -> None:
     index = QdrantIndex(QdrantConfig(location=":memory:"))
     try:
-        await index.ensure_collection(OLD, DIM)
-        await index.ensure_collection(NEW, DIM)
+        await index.ensure_vector_collection(OLD, DIM)
+        await index.ensure_vector_collection(NEW, DIM)
         await index.point_alias("ragline", OLD)
         client = index._client
 
@@ -133,7 +133,7 @@ async def test_points_of_earlier_layouts_are_searched_scanned_replaced_and_delet
 ) -> None:
     root = tmp_path / "qdrant"
     index = EdgeIndex(EdgeIndexConfig(root=root))
-    await index.ensure_collection(OLD, DIM)
+    await index.ensure_vector_collection(OLD, DIM)
     await index.aclose()
     doc, gone = uuid.uuid4(), uuid.uuid4()
 

@@ -105,7 +105,7 @@ async def test_switch_on_qdrant_moves_the_alias_and_drops_the_old_collection(
         assert [(a.alias_name, a.collection_name) for a in aliases.aliases] == [
             (model_switch.ALIAS, new.vector_collection)
         ]
-        assert await index.collections() == [new.vector_collection]
+        assert await index.vector_collections() == [new.vector_collection]
         assert await points_per_document(index, new.vector_collection) == chunks
         text = await env.pool.fetchval("SELECT text FROM chunks ORDER BY ordinal LIMIT 1")
         live, hits = await search_live(env.pool, svc, text, 1000, None)
@@ -127,12 +127,12 @@ async def test_a_second_target_is_refused_and_cancel_leaves_search_alone(
         with pytest.raises(Exception, match="already the live embedding model"):
             await migrate_model.begin(env.pool, svc, old.model)
         started = await migrate_model.begin(env.pool, svc, MODEL_B)
-        await index.ensure_collection(started.to_collection, FAKE_DIMS)
+        await index.ensure_vector_collection(started.to_collection, FAKE_DIMS)
         with pytest.raises(Exception, match=f"a migration to {MODEL_B} is unfinished"):
             await migrate_model.begin(env.pool, svc, f"cohere/embed-c@{FAKE_DIMS}")
         cancelled = await migrate_model.cancel(env.pool, svc)
         assert cancelled is not None and cancelled.id == started.id
-        assert await index.collections() == [old.vector_collection]
+        assert await index.vector_collections() == [old.vector_collection]
         assert await model_switch.live(env.pool, svc) == old
         assert await migrate_model.progress(env.pool) is None
         await svc.aclose()
@@ -158,7 +158,7 @@ async def test_a_document_reprocessed_while_migrated_is_done_again_at_its_genera
         await run_pipeline(env, index)
         svc = services(env, index)
         migration = await migrate_model.begin(env.pool, svc, MODEL_B)
-        await index.ensure_collection(migration.to_collection, FAKE_DIMS)
+        await index.ensure_vector_collection(migration.to_collection, FAKE_DIMS)
         [row] = await model_switch.pending(env.pool, migration.id, 10)
         # The document moves to generation 2 after the migrator read it at generation 1.
         assert await env.docs.reprocess(doc, "index") == 2

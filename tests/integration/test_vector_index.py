@@ -62,17 +62,17 @@ def points(doc: uuid.UUID, generation: int, count: int, start: int = 0) -> list[
 
 
 async def test_ensure_collection_is_idempotent(index: VectorIndex) -> None:
-    await index.ensure_collection(COLLECTION, DIM)
+    await index.ensure_vector_collection(COLLECTION, DIM)
     doc = uuid.uuid4()
     await index.upsert(COLLECTION, points(doc, 1, 5))
-    await index.ensure_collection(COLLECTION, DIM)
+    await index.ensure_vector_collection(COLLECTION, DIM)
     assert await index.count(COLLECTION) == 5
     with pytest.raises(PermanentError):
-        await index.ensure_collection(COLLECTION, DIM + 1)
+        await index.ensure_vector_collection(COLLECTION, DIM + 1)
 
 
 async def test_upserting_same_ids_twice_does_not_duplicate(index: VectorIndex) -> None:
-    await index.ensure_collection(COLLECTION, DIM)
+    await index.ensure_vector_collection(COLLECTION, DIM)
     doc, other = uuid.uuid4(), uuid.uuid4()
     await index.upsert(COLLECTION, points(doc, 1, 300))  # more than one batch
     await index.upsert(COLLECTION, points(doc, 1, 300))
@@ -88,7 +88,7 @@ async def test_upserting_same_ids_twice_does_not_duplicate(index: VectorIndex) -
 async def test_delete_document_keep_generation_drops_only_stale_points(
     index: VectorIndex,
 ) -> None:
-    await index.ensure_collection(COLLECTION, DIM)
+    await index.ensure_vector_collection(COLLECTION, DIM)
     doc, other = uuid.uuid4(), uuid.uuid4()
     await index.upsert(COLLECTION, points(doc, 1, 10))  # generation 1: chunks 0..9
     await index.upsert(COLLECTION, points(doc, 2, 6))  # generation 2 rewrote chunks 0..5
@@ -104,7 +104,7 @@ async def test_delete_document_keep_generation_drops_only_stale_points(
 
 
 async def test_delete_generation_removes_what_one_run_wrote(index: VectorIndex) -> None:
-    await index.ensure_collection(COLLECTION, DIM)
+    await index.ensure_vector_collection(COLLECTION, DIM)
     doc = uuid.uuid4()
     await index.upsert(COLLECTION, points(doc, 1, 10))
     await index.upsert(COLLECTION, points(doc, 2, 13, start=10))  # a failed run's partial output
@@ -114,7 +114,7 @@ async def test_delete_generation_removes_what_one_run_wrote(index: VectorIndex) 
 
 
 async def test_search_returns_nearest_first(index: VectorIndex) -> None:
-    await index.ensure_collection(COLLECTION, DIM)
+    await index.ensure_vector_collection(COLLECTION, DIM)
     doc = uuid.uuid4()
     await index.upsert(COLLECTION, points(doc, 1, DIM))
     hits = await index.search(COLLECTION, unit(3), limit=3)
@@ -138,7 +138,7 @@ async def test_missing_collection(index: VectorIndex) -> None:
 
 
 async def test_bad_input_is_rejected(index: VectorIndex) -> None:
-    await index.ensure_collection(COLLECTION, DIM)
+    await index.ensure_vector_collection(COLLECTION, DIM)
     bare = Point(id=uuid.uuid4(), vector=unit(0), payload={})
     with pytest.raises(ValueError):
         await index.upsert(COLLECTION, [bare])
@@ -171,7 +171,7 @@ async def test_qdrant_server_down_is_transient() -> None:
     index = QdrantIndex(QdrantConfig(url=f"http://127.0.0.1:{closed_port()}", timeout_s=5))
     try:
         with pytest.raises(TransientError) as caught:
-            await index.ensure_collection(COLLECTION, DIM)
+            await index.ensure_vector_collection(COLLECTION, DIM)
         assert caught.value.__cause__ is not None
     finally:
         await index.aclose()
@@ -222,7 +222,7 @@ async def test_qdrant_http_status_mapping(
     index = QdrantIndex(QdrantConfig(url=url, timeout_s=5))
     try:
         with pytest.raises(expected) as caught:
-            await index.ensure_collection(COLLECTION, DIM)
+            await index.ensure_vector_collection(COLLECTION, DIM)
         assert type(caught.value) is expected
         if status == 429:
             assert isinstance(caught.value, RateLimited)
@@ -246,7 +246,7 @@ def vec(n):
 
 async def main():
     index = EdgeIndex(EdgeIndexConfig(root=root))
-    await index.ensure_collection(sys.argv[4], dim)
+    await index.ensure_vector_collection(sys.argv[4], dim)
     print("ready", flush=True)
     sys.stdin.readline()  # wait for "go" so both writers run at the same time
     for start in range(0, 2000, 256):
@@ -292,7 +292,7 @@ async def test_edge_data_persists_across_reopen(tmp_path: Path) -> None:
     config = EdgeIndexConfig(root=tmp_path / "qdrant")
     first = EdgeIndex(config)
     doc = uuid.uuid4()
-    await first.ensure_collection(COLLECTION, DIM)
+    await first.ensure_vector_collection(COLLECTION, DIM)
     await first.upsert(COLLECTION, points(doc, 1, DIM))
     await first.aclose()
     second = EdgeIndex(config)
@@ -306,7 +306,7 @@ async def test_edge_data_persists_across_reopen(tmp_path: Path) -> None:
 
 
 async def test_replace_document_upserts_then_drops_other_generations(index: VectorIndex) -> None:
-    await index.ensure_collection(COLLECTION, DIM)
+    await index.ensure_vector_collection(COLLECTION, DIM)
     doc, other = uuid.uuid4(), uuid.uuid4()
     await index.replace_document(COLLECTION, doc, 1, points(doc, 1, 10))
     await index.replace_document(COLLECTION, other, 1, points(other, 1, 4))
@@ -326,7 +326,7 @@ async def test_replace_document_drops_as_many_points_at_other_ordinals(
 ) -> None:
     """A generation with as many points as the last, none of them at its ordinals: the
     document ends with the new points only (however the index decides what is stale)."""
-    await index.ensure_collection(COLLECTION, DIM)
+    await index.ensure_vector_collection(COLLECTION, DIM)
     doc = uuid.uuid4()
     await index.replace_document(COLLECTION, doc, 1, points(doc, 1, 5))
     await index.replace_document(COLLECTION, doc, 2, points(doc, 2, 8, start=3))
@@ -339,7 +339,7 @@ async def test_replace_document_drops_as_many_points_at_other_ordinals(
 
 
 async def test_replace_document_rejects_foreign_points(index: VectorIndex) -> None:
-    await index.ensure_collection(COLLECTION, DIM)
+    await index.ensure_vector_collection(COLLECTION, DIM)
     doc = uuid.uuid4()
     with pytest.raises(ValueError):
         await index.replace_document(COLLECTION, doc, 2, points(doc, 1, 3))
@@ -387,7 +387,7 @@ async def test_edge_session_is_kept_then_closed_when_idle(tmp_path: Path) -> Non
     lock = root / f"{COLLECTION}.lock"
     doc = uuid.uuid4()
     try:
-        await index.ensure_collection(COLLECTION, DIM)
+        await index.ensure_vector_collection(COLLECTION, DIM)
         await index.replace_document(COLLECTION, doc, 1, points(doc, 1, 5))
         assert _try_lock(lock) is None  # held across operations, not per call
         assert await _lock_within(lock, limit_s=5.0) >= 0.1
@@ -409,7 +409,7 @@ async def test_edge_busy_session_lets_a_waiting_holder_in(
     root = tmp_path / "qdrant"
     config = EdgeIndexConfig(root=root, idle_close_s=30.0, max_hold_s=0.3, batch_max_hold_s=0.9)
     index = EdgeIndex(config)
-    await index.ensure_collection(COLLECTION, DIM)
+    await index.ensure_vector_collection(COLLECTION, DIM)
     await index.aclose()  # the session below opens with the first count
     got_at: list[float] = []
 
@@ -449,7 +449,7 @@ async def test_edge_idle_session_is_kept_until_another_process_wants_it(
     lock, waiting = root / f"{COLLECTION}.lock", root / f"{COLLECTION}.{marker}"
     try:
         opened = time.monotonic()  # before the session opens: the hold counts from there
-        await index.ensure_collection(COLLECTION, DIM)
+        await index.ensure_vector_collection(COLLECTION, DIM)
         await anyio.sleep(0.2)
         assert _try_lock(lock) is None  # idle, but nobody asked: still held
         assert not is_wanted(waiting)
@@ -467,11 +467,11 @@ async def test_edge_reserve_snoozes_while_another_indexing_process_holds_the_col
     tmp_path: Path,
 ) -> None:
     """An index job neither waits for a shard another indexing process holds nor says it
-    wants it (the holder keeps its session and takes the job); ensure_collection of an
+    wants it (the holder keeps its session and takes the job); ensure_vector_collection of an
     existing shard needs no lock; once the collection is free, reserve holds it."""
     root = tmp_path / "qdrant"
     index = EdgeIndex(EdgeIndexConfig(root=root, idle_keep_s=60.0))
-    await index.ensure_collection(COLLECTION, DIM)
+    await index.ensure_vector_collection(COLLECTION, DIM)
     await index.aclose()
     lock, doc = root / f"{COLLECTION}.lock", uuid.uuid4()
     held = _try_lock(lock)  # another process's session, one that runs index jobs
@@ -480,9 +480,9 @@ async def test_edge_reserve_snoozes_while_another_indexing_process_holds_the_col
     fcntl.flock(indexing, fcntl.LOCK_SH)
     try:
         with anyio.fail_after(10):
-            await index.ensure_collection(COLLECTION, DIM)
+            await index.ensure_vector_collection(COLLECTION, DIM)
             with pytest.raises(PermanentError, match="8-dimension"):
-                await index.ensure_collection(COLLECTION, DIM * 2)
+                await index.ensure_vector_collection(COLLECTION, DIM * 2)
             with pytest.raises(Snooze):
                 await index.reserve(COLLECTION)
         assert not is_wanted(root / f"{COLLECTION}.waiting")
@@ -506,7 +506,7 @@ async def test_edge_reserve_waits_out_a_readers_hold(tmp_path: Path) -> None:
     waits for it as a queued writer (it would starve if it snoozed to a busy reader)."""
     root = tmp_path / "qdrant"
     index = EdgeIndex(EdgeIndexConfig(root=root))
-    await index.ensure_collection(COLLECTION, DIM)
+    await index.ensure_vector_collection(COLLECTION, DIM)
     await index.aclose()
     reader = _try_lock(root / f"{COLLECTION}.lock")
     assert reader is not None
@@ -545,7 +545,7 @@ def pts(doc, generation, count):
 
 async def main():
     index = EdgeIndex(EdgeIndexConfig(root=root))
-    await index.ensure_collection(collection, dim)
+    await index.ensure_vector_collection(collection, dim)
     print("ready", flush=True)
     sys.stdin.readline()  # wait for "go" so both writers run at the same time
     for doc in docs:
@@ -625,7 +625,7 @@ async def main():
     index = EdgeIndex(
         EdgeIndexConfig(root=root, idle_keep_s=600, max_hold_s=600, flush_every_s=600)
     )
-    await index.ensure_collection(collection, 8)
+    await index.ensure_vector_collection(collection, 8)
     old = [new_point(doc, n, 1, [1.0] * 8) for n in range(400)]
     await index.replace_document(collection, doc, 1, old)
     new = [new_point(doc, n, 2, [float(n % 8 + 1)] * 8) for n in range(300)]

@@ -139,93 +139,107 @@ class QdrantIndex:
         )
         self._known: set[str] = set()
 
-    async def ensure_collection(self, name: str, dimensions: int) -> None:
-        vi.check_collection(name)
+    async def ensure_vector_collection(self, name: str, dimensions: int) -> None:
+        vi.check_vector_collection(name)
         try:
             if await self._client.collection_exists(name):
                 await self._check_dimensions(name, dimensions)
             else:
                 await self._create(name, dimensions)
         except _QDRANT_ERRORS as exc:
-            raise _translate_qdrant(exc, f"ensure_collection {name}") from exc
+            raise _translate_qdrant(exc, f"ensure_vector_collection {name}") from exc
         self._known.add(name)
 
-    async def upsert(self, collection: str, points: Sequence[vi.Point]) -> None:
+    async def upsert(self, vector_collection: str, points: Sequence[vi.Point]) -> None:
         vi.check_points(points)
-        await self._require(collection)
+        await self._require(vector_collection)
         for batch in vi.batches(points, self.config.batch_size):
             structs = [
                 qm.PointStruct(id=str(p.id), vector=list(p.vector), payload=p.payload)
                 for p in batch
             ]
             await self._call(
-                f"upsert {collection}",
-                partial(self._client.upsert, collection, points=structs, wait=True),
+                f"upsert {vector_collection}",
+                partial(self._client.upsert, vector_collection, points=structs, wait=True),
             )
 
-    async def reserve(self, collection: str) -> None:
+    async def reserve(self, vector_collection: str) -> None:
         """Any process may write to the server at any time."""
 
     async def replace_document(
-        self, collection: str, document_id: uuid.UUID, generation: int, points: Sequence[vi.Point]
+        self,
+        vector_collection: str,
+        document_id: uuid.UUID,
+        generation: int,
+        points: Sequence[vi.Point],
     ) -> None:
         vi.check_document_points(points, document_id, generation)
         if points:
-            await self.upsert(collection, points)
-        await self.delete_document(collection, document_id, keep_generation=generation)
+            await self.upsert(vector_collection, points)
+        await self.delete_document(vector_collection, document_id, keep_generation=generation)
 
     async def delete_document(
-        self, collection: str, document_id: uuid.UUID, *, keep_generation: int | None = None
+        self, vector_collection: str, document_id: uuid.UUID, *, keep_generation: int | None = None
     ) -> None:
         if keep_generation is None:
             query = _document_filter(document_id)
         else:
             query = _document_filter(document_id, not_equal=qm.MatchValue(value=keep_generation))
-        await self._delete(collection, query)
+        await self._delete(vector_collection, query)
 
     async def delete_generation(
-        self, collection: str, document_id: uuid.UUID, generation: int
+        self, vector_collection: str, document_id: uuid.UUID, generation: int
     ) -> None:
         query = _document_filter(document_id, equal=qm.MatchValue(value=generation))
-        await self._delete(collection, query)
+        await self._delete(vector_collection, query)
 
-    async def count(self, collection: str, document_id: uuid.UUID | None = None) -> int:
-        await self._require(collection)
+    async def count(self, vector_collection: str, document_id: uuid.UUID | None = None) -> int:
+        await self._require(vector_collection)
         query = None if document_id is None else _document_filter(document_id)
         result = await self._call(
-            f"count {collection}",
-            lambda: self._client.count(collection, count_filter=query, exact=True),
+            f"count {vector_collection}",
+            lambda: self._client.count(vector_collection, count_filter=query, exact=True),
         )
         return int(result.count)
 
-    async def point_ids(self, collection: str, document_id: uuid.UUID) -> list[uuid.UUID]:
-        return [ref.id for ref in await self.scan(collection, document_id)]
+    async def point_ids(self, vector_collection: str, document_id: uuid.UUID) -> list[uuid.UUID]:
+        return [ref.id for ref in await self.scan(vector_collection, document_id)]
 
     async def scan(
-        self, collection: str, document_id: uuid.UUID | None = None, *, tenant: str | None = None
+        self,
+        vector_collection: str,
+        document_id: uuid.UUID | None = None,
+        *,
+        tenant: str | None = None,
     ) -> list[vi.PointRef]:
-        await self._require(collection)
+        await self._require(vector_collection)
         query = _tenant_filter(tenant, document_id)
         refs: list[vi.PointRef] = []
         offset: qm.ExtendedPointId | None = None
         while True:
             records, offset = await self._call(
-                f"scroll {collection}", partial(self._scroll, collection, query, offset)
+                f"scroll {vector_collection}",
+                partial(self._scroll, vector_collection, query, offset),
             )
             refs.extend(vi.point_ref(record.id, record.payload) for record in records)
             if offset is None:
                 return refs
 
     async def search(
-        self, collection: str, vector: Sequence[float], limit: int, *, tenant: str | None = None
+        self,
+        vector_collection: str,
+        vector: Sequence[float],
+        limit: int,
+        *,
+        tenant: str | None = None,
     ) -> list[vi.Hit]:
-        await self._require(collection)
+        await self._require(vector_collection)
         query = list(vector)
         where = _tenant_filter(tenant)
         response = await self._call(
-            f"search {collection}",
+            f"search {vector_collection}",
             lambda: self._client.query_points(
-                collection, query=query, query_filter=where, limit=limit, with_payload=True
+                vector_collection, query=query, query_filter=where, limit=limit, with_payload=True
             ),
         )
         return [
@@ -233,33 +247,33 @@ class QdrantIndex:
             for p in response.points
         ]
 
-    async def drop_collection(self, name: str) -> None:
-        vi.check_collection(name)
+    async def drop_vector_collection(self, name: str) -> None:
+        vi.check_vector_collection(name)
         self._known.discard(name)
         await self._call(f"drop {name}", lambda: self._client.delete_collection(name))
 
-    async def point_alias(self, alias: str, collection: str) -> None:
+    async def point_alias(self, alias: str, vector_collection: str) -> None:
         """One request: drop the alias and create it on ``collection``, atomically."""
-        vi.check_collection(collection)
+        vi.check_vector_collection(vector_collection)
         operations: list[qm.AliasOperations] = [
             qm.DeleteAliasOperation(delete_alias=qm.DeleteAlias(alias_name=alias)),
             qm.CreateAliasOperation(
-                create_alias=qm.CreateAlias(collection_name=collection, alias_name=alias)
+                create_alias=qm.CreateAlias(collection_name=vector_collection, alias_name=alias)
             ),
         ]
         aliases = await self._call("aliases", self._client.get_aliases)
         if not any(a.alias_name == alias for a in aliases.aliases):
             operations = operations[1:]  # deleting an absent alias is an error
         await self._call(
-            f"alias {alias} -> {collection}",
+            f"alias {alias} -> {vector_collection}",
             lambda: self._client.update_collection_aliases(change_aliases_operations=operations),
         )
 
-    async def collections(self) -> list[str]:
+    async def vector_collections(self) -> list[str]:
         try:
             found = await self._client.get_collections()
         except _QDRANT_ERRORS as exc:
-            raise _translate_qdrant(exc, "collections") from exc
+            raise _translate_qdrant(exc, "vector_collections") from exc
         return sorted(c.name for c in found.collections if vi.is_ragline_collection(c.name))
 
     async def aclose(self) -> None:
@@ -272,10 +286,10 @@ class QdrantIndex:
             raise _translate_qdrant(exc, what) from exc
 
     async def _scroll(
-        self, collection: str, query: qm.Filter | None, offset: qm.ExtendedPointId | None
+        self, vector_collection: str, query: qm.Filter | None, offset: qm.ExtendedPointId | None
     ) -> tuple[list[qm.Record], qm.ExtendedPointId | None]:
         return await self._client.scroll(
-            collection,
+            vector_collection,
             scroll_filter=query,
             limit=vi.SCROLL_PAGE,
             offset=offset,
@@ -283,21 +297,23 @@ class QdrantIndex:
             with_vectors=False,
         )
 
-    async def _delete(self, collection: str, query: qm.Filter) -> None:
+    async def _delete(self, vector_collection: str, query: qm.Filter) -> None:
         # Deleting from a collection that was never created has nothing to do.
-        what = f"delete {collection}"
-        if await self._call(what, lambda: self._client.collection_exists(collection)):
+        what = f"delete {vector_collection}"
+        if await self._call(what, lambda: self._client.collection_exists(vector_collection)):
             selector = qm.FilterSelector(filter=query)
-            await self._call(what, lambda: self._client.delete(collection, selector, wait=True))
+            await self._call(
+                what, lambda: self._client.delete(vector_collection, selector, wait=True)
+            )
 
-    async def _require(self, collection: str) -> None:
-        vi.check_collection(collection)
-        if collection in self._known:
+    async def _require(self, vector_collection: str) -> None:
+        vi.check_vector_collection(vector_collection)
+        if vector_collection in self._known:
             return
-        what = f"lookup {collection}"
-        if not await self._call(what, lambda: self._client.collection_exists(collection)):
-            raise vi.missing_collection(collection)
-        self._known.add(collection)
+        what = f"lookup {vector_collection}"
+        if not await self._call(what, lambda: self._client.collection_exists(vector_collection)):
+            raise vi.missing_vector_collection(vector_collection)
+        self._known.add(vector_collection)
 
     async def _create(self, name: str, dimensions: int) -> None:
         params = qm.VectorParams(size=dimensions, distance=qm.Distance.COSINE)

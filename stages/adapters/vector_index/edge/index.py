@@ -36,9 +36,9 @@ from stages.ports.vector_index import (
     Point,
     PointRef,
     batches,
-    check_collection,
     check_document_points,
     check_points,
+    check_vector_collection,
     is_ragline_collection,
     point_ref,
 )
@@ -101,12 +101,12 @@ class EdgeIndex:
         self._sessions = Sessions(config)
         self._dimensions: dict[str, int] = {}
 
-    async def ensure_collection(self, name: str, dimensions: int) -> None:
+    async def ensure_vector_collection(self, name: str, dimensions: int) -> None:
         if dimensions <= 0:
             raise ValueError(f"dimensions must be positive, not {dimensions}")
         # Idempotent, so once per process is enough while the shard stays (a model switch
         # drops the old collection: then it is created again if asked for).
-        path = self.config.root / check_collection(name)
+        path = self.config.root / check_vector_collection(name)
         if self._dimensions.get(name) == dimensions and path.is_dir():
             return
         if path.is_dir():
@@ -114,33 +114,41 @@ class EdgeIndex:
             # lock: a process that does not hold the collection need not take it here.
             check_edge_dimensions(path, name, dimensions)
         else:
-            await self._run(name, "ensure_collection", lambda s: ensure_shard(s.path, dimensions))
+            await self._run(
+                name, "ensure_vector_collection", lambda s: ensure_shard(s.path, dimensions)
+            )
         self._dimensions[name] = dimensions
 
-    async def reserve(self, collection: str) -> None:
+    async def reserve(self, vector_collection: str) -> None:
         """Hold the collection for this process's next writes, or raise :class:`Snooze`
         when another process that runs index jobs holds it: the job goes to the process
         that has the shard loaded instead of the shard moving between processes (a load
         and a flush each time, the process stalled meanwhile: qdrant-edge holds the
         GIL). A reader's hold is waited out."""
-        check_collection(collection)
-        async with self._locks.setdefault(collection, anyio.Lock()):
-            hold = functools.partial(self._sessions.try_hold, collection)
+        check_vector_collection(vector_collection)
+        async with self._locks.setdefault(vector_collection, anyio.Lock()):
+            hold = functools.partial(self._sessions.try_hold, vector_collection)
             try:
                 held = await anyio.to_thread.run_sync(hold)
             except OSError as exc:
-                raise _edge_failure(exc, f"reserve {collection}") from exc
+                raise _edge_failure(exc, f"reserve {vector_collection}") from exc
         if not held:
-            raise Snooze(f"another worker process is indexing into {collection}")
+            raise Snooze(f"another worker process is indexing into {vector_collection}")
 
-    async def upsert(self, collection: str, points: Sequence[Point]) -> None:
+    async def upsert(self, vector_collection: str, points: Sequence[Point]) -> None:
         check_points(points)
         upserts = self._upserts(points)  # a generator: built in the session's thread
         # A write in no hurry (an index job's slice, a backfill): ``.queued`` if it waits.
-        await self._run(collection, "upsert", lambda s: s.write(collection, upserts), batch=True)
+        await self._run(
+            vector_collection, "upsert", lambda s: s.write(vector_collection, upserts), batch=True
+        )
 
     async def replace_document(
-        self, collection: str, document_id: uuid.UUID, generation: int, points: Sequence[Point]
+        self,
+        vector_collection: str,
+        document_id: uuid.UUID,
+        generation: int,
+        points: Sequence[Point],
     ) -> None:
         check_document_points(points, document_id, generation)
         stale = qe.UpdateOperation.delete_points_by_filter(
@@ -154,43 +162,56 @@ class EdgeIndex:
                 return  # a collection never created holds no stale points
             # Built in the thread: converting payloads into qdrant-edge's points is the
             # index stage's largest CPU cost, and would otherwise hold the event loop.
-            session.write(collection, self._upserts(points))
+            session.write(vector_collection, self._upserts(points))
             # Every point of the document just written is of this generation, so when it
             # has no more points than that, none is stale: skip the delete, which reads
             # each of its points' payload (~6 µs a point; the count reads the keyword
             # index, ~0.4 µs). The session's lock keeps other processes out meanwhile.
-            if not points or session.require(collection).count(mine) != distinct:
-                session.write(collection, [stale])
+            if not points or session.require(vector_collection).count(mine) != distinct:
+                session.write(vector_collection, [stale])
 
-        await self._run(collection, "replace_document", run, batch=True)
+        await self._run(vector_collection, "replace_document", run, batch=True)
 
     async def delete_document(
-        self, collection: str, document_id: uuid.UUID, *, keep_generation: int | None = None
+        self, vector_collection: str, document_id: uuid.UUID, *, keep_generation: int | None = None
     ) -> None:
-        await self._delete(collection, _edge_filter(document_id, not_equal=keep_generation))
+        await self._delete(vector_collection, _edge_filter(document_id, not_equal=keep_generation))
 
     async def delete_generation(
-        self, collection: str, document_id: uuid.UUID, generation: int
+        self, vector_collection: str, document_id: uuid.UUID, generation: int
     ) -> None:
-        await self._delete(collection, _edge_filter(document_id, equal=generation))
+        await self._delete(vector_collection, _edge_filter(document_id, equal=generation))
 
-    async def count(self, collection: str, document_id: uuid.UUID | None = None) -> int:
+    async def count(self, vector_collection: str, document_id: uuid.UUID | None = None) -> int:
         query = None if document_id is None else _edge_filter(document_id)
         request = qe.CountRequest(exact=True, filter=query)
-        return await self._run(collection, "count", lambda s: s.require(collection).count(request))
+        return await self._run(
+            vector_collection, "count", lambda s: s.require(vector_collection).count(request)
+        )
 
-    async def point_ids(self, collection: str, document_id: uuid.UUID) -> list[uuid.UUID]:
-        return [ref.id for ref in await self.scan(collection, document_id)]
+    async def point_ids(self, vector_collection: str, document_id: uuid.UUID) -> list[uuid.UUID]:
+        return [ref.id for ref in await self.scan(vector_collection, document_id)]
 
     async def scan(
-        self, collection: str, document_id: uuid.UUID | None = None, *, tenant: str | None = None
+        self,
+        vector_collection: str,
+        document_id: uuid.UUID | None = None,
+        *,
+        tenant: str | None = None,
     ) -> list[PointRef]:
         query = _tenant_filter(tenant, document_id)
         scroll = _scroll_refs(query)
-        return await self._run(collection, "scroll", lambda s: scroll(s.require(collection)))
+        return await self._run(
+            vector_collection, "scroll", lambda s: scroll(s.require(vector_collection))
+        )
 
     async def search(
-        self, collection: str, vector: Sequence[float], limit: int, *, tenant: str | None = None
+        self,
+        vector_collection: str,
+        vector: Sequence[float],
+        limit: int,
+        *,
+        tenant: str | None = None,
     ) -> list[Hit]:
         request = qe.SearchRequest(
             query=qe.Query.Nearest(list(vector)),
@@ -202,12 +223,12 @@ class EdgeIndex:
         def run(session: Session) -> list[Hit]:
             return [
                 Hit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=payload_of(p.payload))
-                for p in session.require(collection).search(request)
+                for p in session.require(vector_collection).search(request)
             ]
 
-        return await self._run(collection, "search", run)
+        return await self._run(vector_collection, "search", run)
 
-    async def drop_collection(self, name: str) -> None:
+    async def drop_vector_collection(self, name: str) -> None:
         def run(session: Session) -> None:
             # Under the collection's flock: no other process has the shard open.
             if session.shard is not None:
@@ -220,13 +241,13 @@ class EdgeIndex:
                 os.rename(session.path, doomed)
                 shutil.rmtree(doomed, ignore_errors=True)
 
-        await self._run(name, "drop_collection", run)
+        await self._run(name, "drop_vector_collection", run)
         self._dimensions.pop(name, None)
 
-    async def point_alias(self, alias: str, collection: str) -> None:
+    async def point_alias(self, alias: str, vector_collection: str) -> None:
         """The embedded index's alias is the row in PostgreSQL (vector_aliases)."""
 
-    async def collections(self) -> list[str]:
+    async def vector_collections(self) -> list[str]:
         root = self.config.root
         if not root.is_dir():
             return []
@@ -236,39 +257,39 @@ class EdgeIndex:
 
     async def aclose(self) -> None:
         """Flush and close every open session (the index stays usable: it reopens)."""
-        for collection in self._sessions.open_collections():
-            await anyio.to_thread.run_sync(self._sessions.close_now, collection)
+        for vector_collection in self._sessions.open_collections():
+            await anyio.to_thread.run_sync(self._sessions.close_now, vector_collection)
 
     def _upserts(self, points: Sequence[Point]) -> Iterator[qe.UpdateOperation]:
         # One batch's qdrant-edge points at a time, not a whole document's (memory).
         for batch in batches(points, self.config.batch_size):
             yield qe.UpdateOperation.upsert_points(edge_points(batch))
 
-    async def _delete(self, collection: str, query: qe.Filter) -> None:
+    async def _delete(self, vector_collection: str, query: qe.Filter) -> None:
         operation = qe.UpdateOperation.delete_points_by_filter(query)
 
         def run(session: Session) -> None:
             # A collection that was never created has nothing to delete.
             if session.get() is not None:
-                session.write(collection, [operation])
+                session.write(vector_collection, [operation])
 
-        await self._run(collection, "delete", run)
+        await self._run(vector_collection, "delete", run)
 
     async def _run(
-        self, collection: str, what: str, fn: Callable[[Session], T], *, batch: bool = False
+        self, vector_collection: str, what: str, fn: Callable[[Session], T], *, batch: bool = False
     ) -> T:
-        check_collection(collection)
-        lock = self._locks.setdefault(collection, anyio.Lock())
+        check_vector_collection(vector_collection)
+        lock = self._locks.setdefault(vector_collection, anyio.Lock())
         async with lock:
             try:
                 # Not abandoned on cancel: the thread may be loading or writing the shard,
                 # so a cancelled caller waits for the operation to finish.
-                run = functools.partial(self._sessions.run, collection, fn, batch=batch)
+                run = functools.partial(self._sessions.run, vector_collection, fn, batch=batch)
                 return await anyio.to_thread.run_sync(run)
             except (MissingInput, ValueError, PermanentError, Snooze):
                 raise
             except Exception as exc:  # qdrant-edge raises bare Exception
-                raise _edge_failure(exc, f"{what} {collection}") from exc
+                raise _edge_failure(exc, f"{what} {vector_collection}") from exc
 
 
 def _scroll_refs(query: qe.Filter | None) -> Callable[[qe.EdgeShard], list[PointRef]]:

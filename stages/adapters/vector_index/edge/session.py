@@ -78,7 +78,7 @@ import qdrant_edge as qe
 from runtime.api import ConfigurationError
 from stages.ports.vector_index import (
     DEFAULT_BATCH,
-    missing_collection,
+    missing_vector_collection,
 )
 
 __all__ = ["EdgeIndexConfig", "Session", "Sessions", "is_wanted", "lock_collection"]
@@ -214,14 +214,14 @@ class Session:
             self.shard = qe.EdgeShard.load(str(self.path))
         return self.shard
 
-    def require(self, collection: str) -> qe.EdgeShard:
+    def require(self, vector_collection: str) -> qe.EdgeShard:
         shard = self.get()
         if shard is None:
-            raise missing_collection(collection)
+            raise missing_vector_collection(vector_collection)
         return shard
 
-    def write(self, collection: str, operations: Iterable[qe.UpdateOperation]) -> None:
-        shard = self.require(collection)
+    def write(self, vector_collection: str, operations: Iterable[qe.UpdateOperation]) -> None:
+        shard = self.require(vector_collection)
         for operation in operations:
             self.dirty = True  # set first: a failed update may still have reached the WAL
             shard.update(operation)
@@ -269,131 +269,133 @@ class Sessions:
     def open_collections(self) -> list[str]:
         return list(self._open)
 
-    def _guard(self, collection: str) -> threading.Lock:
+    def _guard(self, vector_collection: str) -> threading.Lock:
         with self._state:
-            return self._guards.setdefault(collection, threading.Lock())
+            return self._guards.setdefault(vector_collection, threading.Lock())
 
-    def run(self, collection: str, fn: Callable[[Session], T], *, batch: bool = False) -> T:
+    def run(self, vector_collection: str, fn: Callable[[Session], T], *, batch: bool = False) -> T:
         """``fn`` in the collection's session; ``batch``: an index job's write, which
         lets the process holding the collection keep it longer."""
-        with self._guard(collection):
-            session = self._session(collection, batch)
+        with self._guard(vector_collection):
+            session = self._session(vector_collection, batch)
             try:
                 result = fn(session)
                 session.flush_if_older(self.config.flush_every_s)
             except BaseException:
                 # The shard may be in any state after a failure: start afresh next time.
-                self._end_quietly(collection)
+                self._end_quietly(vector_collection)
                 raise
             session.used_at = time.monotonic()
-            self._arm(collection, session, self.config.idle_close_s)
+            self._arm(vector_collection, session, self.config.idle_close_s)
             return result
 
-    def try_hold(self, collection: str) -> bool:
+    def try_hold(self, vector_collection: str) -> bool:
         """Hold the collection for an index job's writes; False, without waiting or
         saying this process wants it, when a process that runs index jobs holds it (that
         one takes the job). A reader's hold (search, verify) is waited out as usual."""
-        with self._guard(collection):
-            session = self._open.get(collection)
+        with self._guard(vector_collection):
+            session = self._open.get(vector_collection)
             if session is None:
                 root = self.config.root
                 root.mkdir(parents=True, exist_ok=True)
-                fd = os.open(root / f"{collection}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+                fd = os.open(root / f"{vector_collection}.lock", os.O_RDWR | os.O_CREAT, 0o644)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    session = self._open[collection] = Session(fd, root / collection)
+                    session = self._open[vector_collection] = Session(fd, root / vector_collection)
                 except BlockingIOError:
                     os.close(fd)
-                    if is_wanted(_indexing_marker(root / collection)):
+                    if is_wanted(_indexing_marker(root / vector_collection)):
                         return False
-                    session = self._session(collection, batch=True)
-                self._arm(collection, session, self.config.idle_close_s)
+                    session = self._session(vector_collection, batch=True)
+                self._arm(vector_collection, session, self.config.idle_close_s)
             session.mark_indexing()
             return True
 
-    def _session(self, collection: str, batch: bool) -> Session:
+    def _session(self, vector_collection: str, batch: bool) -> Session:
         """The open session, or a new one; a session held ``max_hold_s`` is ended first
         when another process waits, so it gets its turn."""
         config = self.config
-        session = self._open.get(collection)
+        session = self._open.get(vector_collection)
         if session is not None:
             if not session.handover_due(config, idle=False):
                 return session
-            self._end(collection, handover=True)
+            self._end(vector_collection, handover=True)
         root = config.root
         root.mkdir(parents=True, exist_ok=True)
-        self._wait_turn(collection, root / collection)
-        waiting, queued = _markers(root / collection)
-        fd = lock_collection(root / f"{collection}.lock", queued if batch else waiting)
-        session = self._open[collection] = Session(fd, root / collection)
+        self._wait_turn(vector_collection, root / vector_collection)
+        waiting, queued = _markers(root / vector_collection)
+        fd = lock_collection(root / f"{vector_collection}.lock", queued if batch else waiting)
+        session = self._open[vector_collection] = Session(fd, root / vector_collection)
         return session
 
-    def _wait_turn(self, collection: str, path: Path) -> None:
+    def _wait_turn(self, vector_collection: str, path: Path) -> None:
         """flock is not fair: re-locking at once could starve a process that waits for
         it. After a hand-over, wait until the waiting processes have the lock (each drops
         its marker once it has it, or when it dies) or ``handover_wait_s`` passed; after
         another release, ``yield_s``."""
         config, now = self.config, time.monotonic()
-        handed_at = self._handed_at.pop(collection, None)
+        handed_at = self._handed_at.pop(vector_collection, None)
         if handed_at is not None:
             deadline = handed_at + config.handover_wait_s
             while now < deadline and any(map(is_wanted, _markers(path))):
                 time.sleep(min(_HANDOVER_POLL_S, deadline - now))
                 now = time.monotonic()
-        pause = self._released_at.get(collection, -math.inf) + config.yield_s
+        pause = self._released_at.get(vector_collection, -math.inf) + config.yield_s
         if pause > now:
             time.sleep(pause - now)
 
-    def _end(self, collection: str, *, handover: bool = False) -> None:
-        session = self._open.pop(collection)
+    def _end(self, vector_collection: str, *, handover: bool = False) -> None:
+        session = self._open.pop(vector_collection)
         try:
             session.close()
         finally:
-            self._released_at[collection] = time.monotonic()
+            self._released_at[vector_collection] = time.monotonic()
             if handover:
-                self._handed_at[collection] = time.monotonic()
+                self._handed_at[vector_collection] = time.monotonic()
 
-    def _end_quietly(self, collection: str, *, handover: bool = False) -> None:
+    def _end_quietly(self, vector_collection: str, *, handover: bool = False) -> None:
         try:
-            self._end(collection, handover=handover)
+            self._end(vector_collection, handover=handover)
         except Exception:  # the operation's own error is the one worth reporting
-            log.warning("closing embedded vector index %s failed", collection, exc_info=True)
+            log.warning("closing embedded vector index %s failed", vector_collection, exc_info=True)
 
-    def _arm(self, collection: str, session: Session, delay_s: float) -> None:
+    def _arm(self, vector_collection: str, session: Session, delay_s: float) -> None:
         if session.timer is not None and session.timer.is_alive():
             return  # it re-arms itself for the rest of the idle time when it fires
-        session.timer = threading.Timer(delay_s, self._on_timer, (collection, session))
+        session.timer = threading.Timer(delay_s, self._on_timer, (vector_collection, session))
         session.timer.daemon = True  # a dying process releases the flock anyway
         session.timer.start()
 
-    def _on_timer(self, collection: str, session: Session) -> None:
+    def _on_timer(self, vector_collection: str, session: Session) -> None:
         """While ``session`` is idle: end it if another process waits for it (after
         ``min_hold_s``) or nobody used it for ``idle_keep_s``; else look again later."""
         config = self.config
-        with self._guard(collection):
-            if self._open.get(collection) is not session:
+        with self._guard(vector_collection):
+            if self._open.get(vector_collection) is not session:
                 return  # already ended (max hold, failure, aclose)
             session.timer = None
             now = time.monotonic()
             idle_s = now - session.used_at
             if idle_s < config.idle_close_s:
-                self._arm(collection, session, config.idle_close_s - idle_s)
+                self._arm(vector_collection, session, config.idle_close_s - idle_s)
                 return
             if session.handover_due(config, idle=True):
-                self._end_quietly(collection, handover=True)
+                self._end_quietly(vector_collection, handover=True)
                 return
             if idle_s >= config.idle_keep_s:
-                self._end_quietly(collection)
+                self._end_quietly(vector_collection)
                 return
             try:
                 session.flush_if_older(config.flush_every_s)
             except Exception:
-                log.warning("flushing embedded vector index %s failed", collection, exc_info=True)
-                self._end_quietly(collection)
+                log.warning(
+                    "flushing embedded vector index %s failed", vector_collection, exc_info=True
+                )
+                self._end_quietly(vector_collection)
                 return
-            self._arm(collection, session, config.idle_close_s)
+            self._arm(vector_collection, session, config.idle_close_s)
 
-    def close_now(self, collection: str) -> None:
-        with self._guard(collection):
-            if collection in self._open:
-                self._end(collection)  # aclose lets the caller see a failed flush
+    def close_now(self, vector_collection: str) -> None:
+        with self._guard(vector_collection):
+            if vector_collection in self._open:
+                self._end(vector_collection)  # aclose lets the caller see a failed flush

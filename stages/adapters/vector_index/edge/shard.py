@@ -64,7 +64,7 @@ def _create_shard(path: Path, dimensions: int) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def check_edge_dimensions(path: Path, collection: str, dimensions: int) -> None:
+def check_edge_dimensions(path: Path, vector_collection: str, dimensions: int) -> None:
     # edge_config.json is qdrant-edge's own file; if its layout changes, skip the check
     # rather than refuse a working shard.
     try:
@@ -73,5 +73,6 @@ def check_edge_dimensions(path: Path, collection: str, dimensions: int) -> None:
         return
     if stored != dimensions:
         raise PermanentError(
-            f"vector collection {collection!r} holds {stored}-dimension vectors, not {dimensions}"
+            f"vector collection {vector_collection!r} holds {stored}-dimension vectors, "
+            f"not {dimensions}"
         )
