@@ -1,15 +1,11 @@
 """Every setting in one table: its variable, its type, its range or choices.
 
 ``python -m runtime`` checks the environment against :data:`ENGINE_SETTINGS` and the
-pipeline's own table (:attr:`runtime.plugin.Plugin.settings`) before it starts the
-database or claims anything; a bad value is one line naming the variable and what it
-accepts (exit 2), never a traceback or a failed document. A new variable is one row::
-
-    Setting.number("RAGLINE_CIRCUIT_FAILURES", int, minimum=1)
-
-Values given as CLI flags go through the same row (``option`` names the click parameter).
-The pipeline's components read their values through the same rows (:class:`EnvReader`),
-so a bad value is the same one line whether the start-up check or a factory meets it.
+pipeline's table (:attr:`runtime.plugin.Plugin.settings`) before it starts anything; a bad
+value is one line naming the variable and what it accepts (exit 2). A new variable is one
+row (``Setting.number("RAGLINE_CIRCUIT_FAILURES", int, minimum=1)``); CLI flags
+(``option``) and the pipeline's components (:class:`EnvReader`) go through the same rows,
+so a bad value is the same one line wherever it is met.
 """
 
 from __future__ import annotations

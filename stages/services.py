@@ -4,8 +4,8 @@ share in one process, and the factories that pick each port's adapter.
 Each service is built on first use, so a worker that runs only ``--stages parse`` never
 loads the embedding model or opens the vector index, and each adapter module is imported
 only by its factory here: a parse worker never loads minio, qdrant-client or cohere (an
-import-linter contract and ``tests/unit/test_ports.py`` keep it so). The server uses the
-same :class:`Services`. :meth:`Services.aclose` closes what was opened.
+import-linter contract and ``tests/unit/stages/test_lazy_imports.py`` keep it so). The
+server uses the same :class:`Services`. :meth:`Services.aclose` closes what was opened.
 """
 
 from __future__ import annotations

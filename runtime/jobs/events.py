@@ -1,14 +1,11 @@
 """Document events: every change of a document's status or stage, live, for any listener.
 
 A trigger on ``documents`` (migration 0005) records each change in ``document_events`` and
-NOTIFYs ``ragline_events`` with the event as payload — but only while some process is
-registered in ``event_listeners``: a NOTIFYing transaction takes a global lock until its
-commit is flushed, which the engine's completions should not pay when nobody listens.
-
-:class:`EventHub` is that listener: it registers itself (and keeps its row fresh), LISTENs,
-and fans each event out to its subscribers' bounded streams. A subscriber that falls
-behind is dropped (its stream ends) rather than slowing the others; it resumes from the
-last id it saw with :meth:`EventHub.replay`, as an SSE client does with Last-Event-ID.
+NOTIFYs ``ragline_events``, only while some process is registered in ``event_listeners``
+(a NOTIFY takes a global lock until its commit is flushed). :class:`EventHub` is that
+listener: it keeps its row fresh, LISTENs and fans each event out to bounded streams; a
+subscriber that falls behind is dropped and resumes with :meth:`EventHub.replay`, as an
+SSE client does with Last-Event-ID. More: docs/architecture.md, "Serving over HTTP".
 """
 
 from __future__ import annotations

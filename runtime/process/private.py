@@ -1,14 +1,11 @@
 """Private by default: what ragline keeps under its data dir is its user's alone.
 
-Every ``python -m runtime`` / ``ragline`` process sets its umask to 077 at start
-(:func:`private_umask`, from ``runtime/__main__.py``: not when the CLI runs in-process,
-whose umask is the host program's), so whatever it creates (stored originals,
-images, the vector index and its WAL with chunk text, logs) is 0600 and its directories
-0700. A data dir that already existed with looser bits (made by ``mkdir`` at 0755, say) is
-narrowed at start: 0700, or 0710 with the embedded PostgreSQL user's group when that user
-runs a cluster inside it (as root; it must be able to enter), which is the mode ragline
-gives a data dir it creates itself. Nothing inside is reachable through it by others, so
-files made earlier with looser modes are covered too.
+Every ``python -m runtime`` / ``ragline`` process sets umask 077 at start
+(:func:`private_umask`, from ``runtime/__main__.py``; not when the CLI runs in-process), so
+what it creates (originals, images, the vector index and its WAL, logs) is 0600 and its
+directories 0700. An existing data dir with looser bits is narrowed at start to 0700, or
+0710 with the embedded PostgreSQL user's group when that user runs a cluster inside it (as
+root): nothing inside is reachable by others, files made earlier included.
 """
 
 from __future__ import annotations

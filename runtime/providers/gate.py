@@ -1,21 +1,12 @@
 """The provider gate: one circuit and one budget per external provider (and model), for the fleet.
 
-Every worker process keeps a :class:`Providers` for the providers of its stages (see
-:mod:`runtime.providers.specs`), and every call a stage makes goes through :meth:`Providers.call`:
-
-- **Budget.** Requests and tokens per minute are two GCRA clocks in the provider's row:
-  a call reserves its slot in one UPDATE and sleeps until it. Calls that wait together in
-  one process reserve their slots in one round trip. A 429's Retry-After moves both
-  clocks past it, for every process.
-- **Circuit.** Transient failures are counted in the row across all processes; the N-th
-  in a row opens the circuit. While it is open the worker claims no job of the stages
-  that call the provider (they stay queued; no attempt is spent) and a call refuses at
-  once (:class:`ProviderUnavailable`). When the probe interval has passed, one call, and
-  only one, goes as the probe (half-open); its success closes the circuit and NOTIFYs
-  every worker, its failure reopens it with the interval doubled (capped).
-
-Each transition is logged once, by the process that made it, and exported as
-``ragline_provider_state`` (0 closed, 1 half-open, 2 open).
+Every worker process keeps a :class:`Providers` for its stages' providers (see
+:mod:`runtime.providers.specs`), and every call a stage makes goes through
+:meth:`Providers.call`: the budget (requests and tokens per minute, two GCRA clocks in the
+provider's row) and the circuit (transient failures counted across processes; while open,
+no claims for its stages and calls refused with :class:`ProviderUnavailable`; one probe at
+a time). Each transition is logged once and exported as ``ragline_provider_state``. How
+each works: docs/architecture.md, "Providers".
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """The stage worker: claims jobs of its stages into free slots, runs them, settles them.
 
-One process runs one :class:`Worker`, composed of roles that share a
-:class:`runtime.worker.state.WorkerState`: per stage a claim loop (runtime/worker/producer.py)
-leases no more jobs than that stage has free slots; the executor (runtime/worker/executor.py)
-runs each job in its own cancel scope and the settler (runtime/worker/settler.py) writes its
-outcome shielded from cancellation, fenced by the job's lease token, so a worker that
-lost its lease commits nothing. Side tasks — the listener (LISTEN/NOTIFY), the batched
-heartbeat, the completer, the rescuer's sweep, gauges and signals — belong to one anyio
-task group, so if one of them dies the worker stops instead of limping on.
-
-:meth:`Worker.run` opens the database and runs on :class:`runtime.jobs.postgres.JobRepository`;
-:meth:`Worker.serve` runs on any :class:`runtime.jobs.store.JobStore` (tests: the in-memory one).
+One process runs one :class:`Worker`, composed of roles around a shared
+:class:`runtime.worker.state.WorkerState` (docs/architecture.md, "The worker's roles"): the
+settler writes each outcome shielded from cancellation and fenced by the lease token, and
+the side tasks share one anyio task group, so if one dies the worker stops instead of
+limping on. :meth:`Worker.run` runs on :class:`runtime.jobs.postgres.JobRepository`;
+:meth:`Worker.serve` on any :class:`runtime.jobs.store.JobStore` (tests: the in-memory one).
 """
 
 from __future__ import annotations

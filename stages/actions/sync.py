@@ -1,16 +1,11 @@
 """``ragline sync``: compare a source with what is indexed, then act.
 
-* new: stored and submitted (every format submit reads, by its suffix: the type is
-  detected from the file's first bytes as submit detects it);
-* changed bytes: a new version (generation) of the same document; its old points serve
-  until the new ones replace them at index, then its old objects go;
-* same bytes at another URI: moved, the document's URI changes, no stage runs;
-* gone: its points and stored objects are removed; a tombstone stays for ``status``;
-* same size and mtime: nothing (a stat); only a moved size or mtime costs a hash.
-
-Planning reads; applying holds the source's lock (two syncs of one source take turns and
-the second finds nothing to do) and makes every step one transaction or an idempotent
-delete, so a sync killed midway and run again converges.
+A new file is stored and submitted (typed as submit types it); changed bytes are a new
+generation of the same document; the same bytes at another URI a move (no stage runs); a
+gone file's points and objects are removed (a tombstone stays); an unchanged size and
+mtime cost only a stat. Applying holds the source's lock and makes every step one
+transaction or an idempotent delete, so a sync killed midway and run again converges.
+Each case, and the guarantees: README, "Sync".
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Reconcile PostgreSQL's belief with the vector index and the asset store.
 
-Per ready document: every chunk has exactly one point of the current generation
-(missing, extra and stale points are reported), and the original and the images are in
-the asset store. A failed document has no searchable point; a pending or processing one
-none of a generation newer than its own. Every collection is scanned, not only the
-current model's: a document's points in another model's collection are stale copies
-nobody searches any more. Points of documents that no longer exist are orphans.
-``repair`` enqueues the jobs that fix a document (index, or parse when stored files are
-gone) and deletes points outright where no job would (orphans, failed documents, other
-collections).
-
-The live collection is the one PostgreSQL names (:mod:`stages.db.model_switch`); while a
-model switch builds, its new collection is not "another model's": its points are the
-migration's work. With a collection (tenant) given, only that collection's documents
-and points are looked at, and the asset store's sweep for orphans is skipped (orphan
-objects belong to no collection).
+Per ready document: every chunk has exactly one point of the current generation (missing,
+extra and stale points are reported) and the original and the images are stored. Failed,
+pending and vanished documents' points, and other models' vector collections, are checked
+too. ``repair`` enqueues the jobs that fix a document (index, or parse when stored files
+are gone) and deletes the points no job would. The rules in full (model switches, one
+collection): docs/architecture.md, "Side effects outside PostgreSQL".
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """The parse stage's parser process: PyMuPDF runs in a child of the worker, not in it.
 
-PyMuPDF holds the GIL for as long as MuPDF reads a page, so in a worker that also
-chunks, embeds and indexes, parsing and everything else took turns on one core: on
-bench.ingest's corpus parsing cost 9% more CPU in an all-stage worker than in a
-``--stages parse`` one, and the event loop waited behind it. In a child process
-(``python -m stages.parsing.child``) it runs beside the worker's threads instead of
-between them. It also keeps MuPDF's memory (its caches, a long document's pages) out of
-the worker, and a crash in MuPDF (a segfault on a hostile file) from taking the worker
-and its other jobs down: the document's attempt fails with :class:`ParserDied`, counted,
-and a fresh parser starts for the next one.
-
-One :class:`ParserProcess` per worker process, one document at a time (the parse
-stage's limiter); it is started when the parse stage is prepared and stopped by
-:meth:`aclose` (closing the socket ends it; its CPU is then counted as the worker's).
-It imports PyMuPDF while the worker starts, and says it is ready
-(:class:`~stages.parsing.wire.Ready`): the worker waits for that before it claims a job
-(:meth:`wait_ready`, from the services' lifespan), so no document waits on a parser still
-starting (~0.4 s of CPU), and one that cannot start stops the worker with one line
-instead of failing documents.
+PyMuPDF holds the GIL while MuPDF reads a page, so in the worker parsing would take turns
+with chunking, indexing and the event loop; the child (``python -m stages.parsing.child``)
+runs beside them, keeps MuPDF's memory out of the worker, and turns a crash in MuPDF into
+one failed attempt (:class:`ParserDied`). One :class:`ParserProcess` per worker process,
+one document at a time, stopped by :meth:`aclose`; the worker waits for its
+:class:`~stages.parsing.wire.Ready` (:meth:`wait_ready`) before its first claim. Why, and
+the figures: docs/architecture.md, "Throughput and latency".
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """embed: vectors for a document's chunks, cache first, misses in provider-sized batches.
 
-The cache is content-addressed (model + sha256 of the text), so unchanged text is never
-sent twice and re-indexing needs no embedding call. A metered provider's batches are
-checkpointed as each returns, so a crash wastes at most the paid call in flight. A model
-in this process (or a benchmark's stand-in) is checkpointed once the vectors held back
-took :data:`CHECKPOINT_EVERY_S` to make, and what is left is written with the job's
-completion: a fast embedder costs a document one transaction, not one per batch (on
-bench.ingest's corpus, 560 transactions fewer and about 0.4 s less CPU of the worker and
-PostgreSQL). A failed call checkpoints what came back before it, so a retry sends only
-the rest.
-
-Each request goes through the engine's provider gate (``ctx.calling``): the fleet's
-shared budget (requests and estimated tokens per minute) and the provider's circuit; the
-process's aiolimiter stays as an in-process smoother. A 429 surfaces as RateLimited,
-which pauses every process and costs no attempt.
+The cache is content-addressed (model + sha256 of the text): unchanged text is never sent
+twice. A metered provider's batches are checkpointed as each returns (a crash wastes at
+most the paid call in flight); a model in this process, once the vectors held back took
+:data:`CHECKPOINT_EVERY_S`, the rest with the job's completion; a failed call, what came
+back before it. Requests go through the provider gate (``ctx.calling``), the aiolimiter
+smoothing within the process; a 429 is RateLimited: every process pauses, no attempt
+counted. Why, and the figures: docs/architecture.md, "Chunking and embedding memory".
 """
 
 from __future__ import annotations

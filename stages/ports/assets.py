@@ -1,18 +1,12 @@
 """The asset store's port: where originals and extracted images live, addressed by key.
 
-This module holds the :class:`AssetStore` protocol, the key helpers and what both
-adapters share; it imports no adapter. The adapters live beside it and are chosen in the
-composition root (:func:`stages.services.asset_store`):
-
-* :class:`stages.adapters.assets.directory.DirStore`, the embedded default, keeps each object as a
-file
-  under a root directory (``data_dir / "assets"``).
-* :class:`stages.adapters.assets.minio.MinioStore` talks to MinIO or any S3 API
-(``MINIO_ENDPOINT``).
-
-Keys are built by :func:`original_key` and :func:`image_key` from the document id and the
-content hash, never from a user's file name, so a re-run writes the same key (puts are
-idempotent overwrites) and two documents never collide.
+The :class:`AssetStore` protocol, the key helpers and what both adapters share; it imports
+no adapter. The composition root (:func:`stages.services.asset_store`) picks one: files
+under ``data_dir / "assets"`` (:class:`stages.adapters.assets.directory.DirStore`, the
+default) or MinIO / any S3 API (:class:`stages.adapters.assets.minio.MinioStore`,
+``MINIO_ENDPOINT``). Keys come from the document id and the content hash
+(:func:`original_key`, :func:`image_key`), never a file name, so a re-run writes the same
+key (puts are idempotent overwrites) and two documents never collide.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """Collections: every document belongs to exactly one (a tenant), ``default`` unless named.
 
-A collection is a name on the document row (``documents.collection``) and a payload field
-on each of its points (:data:`COLLECTION_FIELD`). Search filters on that field, so a
-query in one collection never returns another's chunks; ``delete``, ``verify``,
-``reprocess`` and ``status`` select documents by the row. The vector index keeps one
-physical collection per embedding model for every tenant (Qdrant: a keyword payload
-index with ``is_tenant=true`` on the field, so each tenant's points are stored together;
-the embedded index: a keyword index and the same filter).
-
-Names are slugs (``[a-z0-9][a-z0-9_-]{0,62}``), checked here with one clear line and by a
-CHECK constraint in PostgreSQL.
+A collection is a name on the document row (``documents.collection``), which ``delete``,
+``verify``, ``reprocess`` and ``status`` select by, and a payload field on each of its
+points (:data:`COLLECTION_FIELD`), which search filters on. Every tenant shares one vector
+collection per embedding model (Qdrant: a keyword index with ``is_tenant=true``, storing
+each tenant's points together; embedded: a keyword index). Names are slugs
+(``[a-z0-9][a-z0-9_-]{0,62}``), checked here with one clear line and by a CHECK constraint.
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """The vector index: where chunk embeddings become searchable.
 
-One :class:`VectorIndex` protocol, two implementations:
-
-* :class:`stages.adapters.vector_index.qdrant.QdrantIndex` talks to a Qdrant server
-(``QDRANT_URL``) through
-  ``qdrant_client.AsyncQdrantClient``; ``location=":memory:"`` runs qdrant-client's local
-  mode, which has the same API and is what the tests use when no server is around.
-* :class:`stages.adapters.vector_index.edge.index.EdgeIndex`, the embedded default, keeps one
-qdrant-edge shard
-  per collection under ``data_dir / "qdrant"``.
-
-Point ids come from :func:`point_id` (a uuid5 of document id and chunk ordinal), so an
-index run that is repeated after a crash overwrites its own points instead of adding
-copies. Every point's payload carries ``document_id`` (string) and ``generation`` (int);
-the index stage writes a document with :meth:`VectorIndex.replace_document` (upsert this
-generation's points, then delete the document's points of any other generation), and a
-failed run calls :meth:`VectorIndex.delete_generation` to remove its own partial output.
-
-This module is the port: it imports neither adapter (an import-linter contract checks).
-Each implementation lives in its own module and is imported only by the composition root
-(:func:`stages.services.vector_index`) when used: qdrant-client alone takes half a second
-to import, which every worker process would pay otherwise.
+One :class:`VectorIndex` protocol. Its adapters, a Qdrant server (``QDRANT_URL``; tests use
+qdrant-client's ``:memory:`` mode) and the embedded default (a qdrant-edge shard per
+collection under ``data_dir / "qdrant"``), live under :mod:`stages.adapters.vector_index`;
+only the composition root imports them, on first use. Point ids are uuid5s of document id
+and chunk ordinal (:func:`point_id`) and payloads carry the generation, so a re-run
+overwrites its own points. Why: docs/architecture.md, "Services" and "Side effects".
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """Structure-aware chunking of page texts, sized in the embedder's tokens, with exact page
 provenance.
 
-Pure logic for the chunk stage. The pages are joined into one text with a blank line
-between pages, and every decision is made on character offsets into that text, so each
-chunk is a verbatim slice and its page span follows from where it starts and ends. Sizes
-are measured with a :class:`~stages.text.tokens.TokenCounter` (the configured embedder's
-tokenizer): one pass over the pages gives a :class:`~stages.text.tokens.Prefix` (where words
-start, how many tokens each has), so any span's token count is two binary searches.
-
-1. Paragraphs are the runs of text between blank lines (the parse stage writes one per
-   PDF text block). A paragraph longer than a chunk can hold is split further at line,
-   then sentence, then word boundaries (a single word longer than a chunk, with
-   semchunk at exact counts).
-2. Paragraphs are packed greedily into chunks of at most ``max_tokens`` tokens.
-3. A heading-like paragraph starts a new chunk unless the current one is still small, and
-   a chunk never ends on a heading (the heading moves to the next chunk with its body).
-4. A chunk that follows a size break starts up to ``overlap_tokens`` before the previous
-   one ended, snapped to a line, sentence or word start; one that follows a heading break
-   starts at the heading, without overlap.
-5. Every chunk is then counted exactly on its own (a span's tokens can differ from its
-   share of the whole text's where a cut falls inside a word); one that is over is split
-   again, so no chunk is longer than ``max_tokens`` and, by default (``max_tokens`` = the
-   model's window), the model reads every token. ``Chunk.tokens`` is that exact count.
+Pure logic for the chunk stage: every decision is a character offset into the pages'
+joined text, so a chunk is a verbatim slice whose page span follows from its ends. Spans are
+sized with a :class:`~stages.text.tokens.Prefix` of the embedder's tokens. Paragraphs are
+packed up to ``max_tokens``, headings start chunks, size breaks overlap, and every chunk is
+then counted exactly (``Chunk.tokens``) and split again if over. The steps in full:
+docs/architecture.md, "Chunking in tokens".
 """
 
 from __future__ import annotations

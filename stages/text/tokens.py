@@ -1,23 +1,11 @@
 """Token counting in the configured embedder's own units, for sizing chunks.
 
-A chunk is useful only as far as the embedding model reads it: all-MiniLM-L6-v2 sees 256
-WordPiece tokens, special tokens included, and silently drops the rest. The chunker sizes
-chunks with a :class:`TokenCounter` that matches the embedder:
-
-- :class:`TokenizerCounter`: the local model's own tokenizer (``tokenizer.json`` through
-  the ``tokenizers`` library), window = the model's input size less its special tokens
-  ([CLS] and [SEP]: 256 - 2 = 254).
-- :class:`Utf8Counter`: Cohere. Its tokenizer is not shipped and nothing may be
-  downloaded at run time, so sizes are counted in UTF-8 bytes: each token of a byte-level
-  BPE covers at least one byte, so bytes are an upper bound of its tokens. The window is
-  embed-v4.0's documented input limit, 128,000 tokens (512 for the v3 models).
-- :class:`CharCounter`: one token per character, the unit chunks were sized in before;
-  kept for tests and for ``bench/quality.py``'s "before" figure.
-
-Each counter gives exact counts of whole texts (:meth:`TokenCounter.counts`) and, for
-packing, a :class:`Prefix` over a text: ``prefix[i]`` is how many tokens start before
-character ``i``, so a span's size is ``prefix[end] - prefix[start]`` (two binary
-searches over the word starts).
+A chunk is useful only as far as the embedding model reads it, so the chunker sizes chunks
+with the :class:`TokenCounter` that matches the embedder: :class:`TokenizerCounter` (the
+local model's own tokenizer), :class:`Utf8Counter` (Cohere: UTF-8 bytes, an upper bound of
+a byte-level BPE's tokens) or :class:`CharCounter` (tests, ``bench/quality.py``). Each gives
+exact counts of whole texts and a :class:`Prefix` over a text, so a span's size is two
+binary searches. Windows, and why: docs/architecture.md, "Chunking in tokens".
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """BERT's uncased WordPiece count of plain words, without the rest of the tokenizer.
 
-The chunker's token counter caches word counts; a new document's words are mostly cache
-misses. For words of printable ASCII (most of them) the tokenizer's normalizer and
-pre-tokenizer can be done in numpy, leaving only the WordPiece model to run on each new
-run of letters and digits, with the same result as the whole tokenizer
-(``tests/unit/test_tokens.py`` compares them on corpus words and random strings). The
-misses of a block of pages are counted together: one pass of numpy over their characters
-finds what each is made of, and only the runs of letters and digits are counted, through
-a memo of their counts.
-
-A word is counted as BERT's pre-tokenizer splits it: each punctuation character is one
-token of its own (every printable ASCII non-alphanumeric; Unicode punctuation, which BERT
-splits off as its own word and then finds in the vocabulary or makes one [UNK]: typographic
-quotes, dashes, ``⟨ ⟩`` and CJK punctuation in the corpus), so is each CJK ideograph
-(BERT's normalizer puts spaces around each), and each run of ASCII letters and digits,
-lowercased, is counted by the WordPiece model. Words with any other character (accents,
-Cyrillic, kana, symbols, control characters) or an added token (``[SEP]``..., matched in
-the raw text) are left to the tokenizer.
+The token counter's cache misses of a block of pages are counted together: BERT's
+normalizer and pre-tokenizer are done in numpy (each punctuation character and each CJK
+ideograph one token), and only runs of ASCII letters and digits, lowercased, go to the
+WordPiece model, through a memo: the same counts as the whole tokenizer
+(``tests/unit/stages/text/test_tokens.py``). Words with any other character (accents,
+Cyrillic, kana, symbols, control characters) or an added token are left to the tokenizer.
+The rules in full: docs/architecture.md, "Chunking CPU".
 """
 
 from __future__ import annotations
@@ -115,7 +105,7 @@ class AsciiWordPiece:
     """BERT's uncased WordPiece count of words made of printable ASCII, punctuation and
     CJK ideographs, in Python: a word of a new document is mostly a cache miss, and a
     dictionary walk costs a fraction of a trip through the tokenizer (whose count it
-    equals: ``tests/unit/test_tokens.py``)."""
+    equals: ``tests/unit/stages/text/test_tokens.py``)."""
 
     def __init__(self, piece: Callable[[str], int], added: frozenset[str] = frozenset()) -> None:
         self._piece = piece

@@ -1,15 +1,12 @@
 """Token counts of short words in numpy, for counting a block of pages without a Python
 string per word.
 
-Most words of most pages are printable ASCII, typographic punctuation and CJK ideographs,
-at most 16 characters long. Such a word's key is its bytes, with each character that is
-always one token of its own (Unicode punctuation, ideographs) as "!", zero-padded to 16:
-two 64-bit integers. No key character is a zero byte, so two words share a key only if
-they are equal but for such characters, and then their counts are equal too (each of
-those is one token, as "!" is): no count comes from a hash that merely matched.
-:class:`WordTable` keeps the counts in an open-addressing hash table of numpy arrays and
-looks a whole block's words up at once; keys it does not hold are counted by the caller
-(``AsciiWordPiece.key_counts``) and added. Other words go through a dict of words.
+A short word (printable ASCII, typographic punctuation, CJK ideographs; at most 16
+characters) is keyed by its bytes, zero-padded into two 64-bit integers, each always
+one-token character as "!": equal keys mean equal counts, never a mere hash match (why:
+docs/architecture.md, "Chunking CPU"). :class:`WordTable` keeps the counts in an
+open-addressing numpy hash table and looks a block's words up at once; the caller counts
+the keys it lacks (``AsciiWordPiece.key_counts``). Other words go through a dict.
 """
 
 from __future__ import annotations

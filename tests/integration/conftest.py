@@ -1,5 +1,5 @@
 """Fixtures of the integration tests: a fake Cohere-compatible server and the pipeline
-against it, embedded PostgreSQL clusters, users and children, and each vector index."""
+against it, embedded PostgreSQL clusters, users and children."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import os
 import secrets
 import shutil
 import subprocess
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Protocol
@@ -20,7 +20,6 @@ import pytest
 
 from bench.harness.fake_cohere import FakeCohere
 from runtime.db.embedded import EmbeddedPostgres
-from stages.ports.vector_index import VectorIndex
 from tests.support.embedded_helpers import (
     Child,
     LockedPgserver,
@@ -37,25 +36,6 @@ class OpenPipeline(Protocol):
     def __call__(
         self, server: FakeCohere, **extra: str
     ) -> AbstractAsyncContextManager[PipelineEnv]: ...
-
-
-@pytest.fixture(params=["qdrant-memory", "edge"])
-async def index(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[VectorIndex]:
-    """Each vector index in turn, for one conformance suite: QdrantIndex on qdrant-client's
-    local mode (":memory:"), EdgeIndex on a tmp dir."""
-    # Imported here: qdrant-client takes half a second to import, and most tests need none.
-    from stages.adapters.vector_index.edge.index import EdgeIndex, EdgeIndexConfig
-    from stages.adapters.vector_index.qdrant import QdrantConfig, QdrantIndex
-
-    made: VectorIndex
-    if request.param == "edge":
-        made = EdgeIndex(EdgeIndexConfig(root=tmp_path / "qdrant"))
-    else:
-        made = QdrantIndex(QdrantConfig(location=":memory:"))
-    try:
-        yield made
-    finally:
-        await made.aclose()
 
 
 @pytest.fixture

@@ -1,71 +1,11 @@
 """The embedded PostgreSQL: a private cluster that ragline starts when ``DATABASE_URL`` is unset.
 
-Layout under the data dir (``RAGLINE_DATA_DIR``, default ``./.ragline``)::
-
-    <data_dir>/lock          flock(2) file: serializes start, stop and the user registry
-    <data_dir>/users/        one file per user (``<pid>.<token>``, holding the process start time)
-    <data_dir>/pg.location   only when the cluster lives elsewhere (see Root below): its path
-    <cluster>/data/          the cluster (PGDATA), created once by initdb
-    <cluster>/sock/          its Unix socket directory (or /tmp/ragline-<hash> when too long)
-    <cluster>/log            the server log (initdb's output is appended there too)
-
-where ``<cluster>`` is ``<data_dir>/pg``, or the directory that ``pg.location`` names.
-As root, when the server's user cannot reach pgserver's own files, it runs a copy of them::
-
-    /var/tmp/ragline-pginstall-<pgserver version>-<sha256(package path)[:16]>/
-        pgserver/pginstall/{bin,lib,share}    pgserver.libs/
-
-Choices, and why:
-
-- **Binaries: the ones bundled in the ``pgserver`` wheel (PostgreSQL 16), always**, never the
-  system's ``/usr/lib/postgresql/*/bin``. They come from PyPI, so a fresh machine with only
-  Python gets exactly the same server as a developer's or CI's, and a data dir is always
-  opened by the major version that initialized it (a 15 cluster cannot be started by 16 or
-  the other way round, so picking "whatever is installed" would break data dirs when a
-  machine changes). Only the binaries are used: pgserver's Python API keeps its own global
-  lock and pid list, and creates a login user with a shell.
-- **Root**: initdb and postgres refuse to run as root, so as root every PostgreSQL command
-  runs as an unprivileged user (``subprocess`` switches uid/gid; no ``su``): the owner of an
-  existing cluster directory; else ``postgres`` when that user exists; else
-  :data:`SERVICE_USER`, which ragline creates (``useradd --system``, no home, no login
-  shell; ``adduser`` where useradd is missing). The README promises that ``pip install .``
-  then ``python -m runtime ingest`` works on a fresh machine with only Python, which is
-  typically a container running as root without a ``postgres`` user. When the account
-  cannot be created, :class:`~runtime.errors.ConfigurationError` says to set
-  ``DATABASE_URL`` or to run as a non-root user.
-- **Binaries, as root**: when that user cannot reach pgserver's files (a venv under
-  ``/root``, mode 0700, is the usual case: the README's first command creates one when the
-  repo is cloned there), they are copied once to ``/var/tmp/ragline-pginstall-...`` (see
-  above; about 4 s, 27 MB) and run from there. Only what the server needs is copied:
-  ``pginstall/{bin,lib,share}`` (not the C headers) and the auditwheel libraries next to
-  the package, in the same layout, because initdb and postgres find ``share/`` and
-  ``lib/`` relative to their own path and libpq through ``$ORIGIN/../../../pgserver.libs``.
-  The copy is root-owned, readable by all, made under a lock
-  (``/var/tmp/ragline-pginstall-....lock``) in a temporary directory then renamed, and
-  shared by every data dir and process using the same pgserver. Before every use its
-  listing (paths and sizes) is compared with the source's, so a copy that a /var/tmp
-  cleaner thinned or a crash truncated is made again.
-- **Where the cluster lives, as root**: ``<data_dir>/pg`` when that user can enter the data
-  dir (a data dir that ragline creates gets mode 0710 with the user's group, so only that
-  user may enter it; nothing else is chmod-ed). When it cannot (a checkout under ``/root``,
-  mode 0700, is the usual case), the cluster goes to
-  ``/var/tmp/ragline-pg-<sha256(data dir)[:16]>`` (mode 0700, owned by that user) and
-  ``<data_dir>/pg.location`` records it, so that every process on the data dir, and
-  ``ragline db stop``, finds it; the lock and the users stay in the data dir, which root
-  reaches. /var/tmp, not /tmp: it survives reboots. Its cleaners (systemd-tmpfiles ages
-  /var/tmp out after 30 days by default) may still delete a long-idle cluster, which a
-  warning then reports; set ``DATABASE_URL`` for data that must last. An existing
-  ``<data_dir>/pg`` is never moved: if its user cannot reach it, a ConfigurationError names
-  the directory and the remedies.
-- **Unprivileged**: everything runs as the calling user under the data dir; a data dir it
-  cannot create or write is a ConfigurationError.
-- **Unix socket only** (``listen_addresses = ''``) with trust auth on that socket and host
-  connections rejected: no port is taken, nothing is reachable from the network, and the
-  socket directory is readable by its owner only (root bypasses this).
-- **Shared between processes**: the first ``acquire`` starts the cluster; later ones (any
-  process) find it through ``postmaster.pid`` plus a connect to its socket, and register as
-  users. ``release`` unregisters, prunes users whose process died, and stops the cluster
-  (``pg_ctl stop -m fast``) when none remain.
+PostgreSQL 16 from the ``pgserver`` wheel (never the system's), on a Unix socket only, in
+``<data_dir>/pg`` or where ``<data_dir>/pg.location`` says. The first ``acquire`` starts it,
+later ones (any process) join it as users, the last ``release`` stops it. As root each
+command runs as an unprivileged user (the cluster's owner, ``postgres`` or ``ragline-pg``),
+from a copy of the binaries and a cluster under /var/tmp where that user cannot reach them.
+Layout, and why each choice holds: docs/architecture.md, "The embedded PostgreSQL".
 """
 
 from __future__ import annotations

@@ -2,17 +2,10 @@
 heading (the built-in "Title" and "Heading N" styles, or any paragraph with an outline
 level), and the pictures in each section for vision.
 
-python-docx's ``Paragraph.text`` reads only a paragraph's own runs and hyperlinks, and
-``iter_inner_content`` only the body's own paragraphs and tables, so text Word keeps one
-element deeper was never indexed: tracked insertions (``w:ins``), content controls
-(``w:sdt``: cover pages, tables of contents, form fields), smart tags and simple fields,
-text boxes, tables nested in a cell, and the notes. The document's XML is therefore
-walked here (python-docx opens the package, resolves styles and parts): every run a
-reader sees is read once. Deleted text (``w:del``, ``w:moveFrom``) is not; of a
-drawing's two forms (``mc:AlternateContent``: DrawingML, then a VML fallback) only the
-first; a text box follows the paragraph it is anchored in; footnotes and endnotes are a
-section each at the end. Headers, footers and comments are left out (page furniture and
-review notes).
+python-docx reads only a paragraph's own runs and the body's own paragraphs and tables, so
+the XML is walked here: what Word keeps deeper (``w:ins``, ``w:sdt``, smart tags, fields,
+text boxes, nested tables, notes) is read once; ``w:del``, ``w:moveFrom``, a drawing's VML
+fallback, headers, footers and comments are not. The details, and why: docs/formats.md.
 """
 
 from __future__ import annotations

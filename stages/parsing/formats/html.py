@@ -3,13 +3,9 @@ parses as a browser parses it, tag soup included).
 
 Scripts, styles and other non-content elements are dropped; block elements become
 paragraphs (the chunker cuts at blank lines); ``<pre>`` keeps its lines; each ``<h1>``–
-``<h6>`` starts a section labelled with its heading path. Text before the first heading is
-labelled with the page's ``<title>``.
-
-What a page shows or says in place of a picture is read where it stands: an image's
-``alt`` text (``<img>``, ``<area>``, ``<input type=image>``), an inline ``<svg>``'s
-``<title>``, ``<desc>`` and ``<text>`` (its labels), a ``<math>`` formula's ``alttext`` or
-else its symbols.
+``<h6>`` starts a section labelled with its heading path (before the first, the page's
+``<title>``). What stands in for a picture is read where it stands (``alt`` texts, an
+inline ``<svg>``'s labels, a ``<math>``'s ``alttext``): docs/formats.md.
 """
 
 from __future__ import annotations

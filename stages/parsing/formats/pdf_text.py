@@ -1,26 +1,11 @@
 """A PDF page's text, as the chunker wants it: MuPDF's text blocks in content-stream order,
 separated by blank lines, with ligatures expanded ("ﬁ" → "fi", so search finds the words).
 
-Blocks cost about 5% more than plain ``page.get_text()`` and give the chunker paragraphs.
-They stay in content-stream order, the reading order of nearly every producer (sorting by
-position would interleave the blocks of two columns). Reading font sizes (``"dict"``) to
-find headings cost 3-4x the time of plain text, so the chunker finds headings from the
-text instead.
-
-Only characters are read, never where each one sits, so two costs PyMuPDF and MuPDF pay
-by default are switched off (interleaved document by document over bench.ingest's
-corpus, the text of all 14,361 pages identical either way): PyMuPDF's correction of every
-character's box from its font's ascender and descender (16% of parsing's CPU), and
-MuPDF's conversion of every text color through ICC profiles (11%).
-
-Nor is MuPDF's mediabox clip asked for: it bounds every glyph to drop those wholly off
-the page, which ``extractBLOCKS`` does again anyway (it skips each character whose box
-misses the page), so text below, beside or outside the crop box of a page is not read
-either way (``tests/unit/test_pdf.py``; MuPDF's plain-text output, which computes no
-boxes, would need the clip back). The clip cost 6.4% of reading the text (interleaved
-page by page over the corpus); without it, 53 characters on 28 of the corpus's 14,361
-pages come back, each the last character of an overfull line (a ``)`` or a ``\\``) that
-sits partly past the margin, where the two tests disagree.
+Blocks give the chunker paragraphs; content-stream order is nearly every producer's reading
+order (sorting by position would interleave two columns); headings come from the text, not
+font sizes. Only characters are read, never where each sits: PyMuPDF's box correction,
+MuPDF's text-color ICC conversion and its mediabox clip are off (``extractBLOCKS`` drops
+off-page characters itself). Costs: docs/architecture.md, "Throughput and latency".
 """
 
 # mypy: disallow-untyped-calls=False

@@ -2,11 +2,10 @@
 
 The parse stage stores every image that is not a JPEG as a PNG. MuPDF's own encoder
 (``Pixmap.tobytes("png")``, and ``extract_image`` for any stream that is not a file
-format of its own) deflates at zlib's default level, which was most of the CPU of
-extracting bench.ingest's corpus's images. At level 1, in one process: 1.8-2.2 s instead
-of 2.4-2.5 s to list every page's images and extract the 229 kept (195 of them PNGs),
-for 7.6 MB of files instead of 6.3, every pixel the same. Each is read once more, by
-the vision model, so the cheaper encoding wins.
+format of its own) deflates at zlib's default level, most of the CPU of extracting images;
+zlib level 1 keeps every pixel for somewhat larger files, and each is read only once more
+(by the vision model), so the cheaper encoding wins. Figures: docs/architecture.md,
+"Throughput and latency".
 """
 
 from __future__ import annotations

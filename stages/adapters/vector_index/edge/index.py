@@ -1,11 +1,10 @@
 """The embedded vector index: one qdrant-edge shard per collection under the data dir.
 
 See :mod:`stages.ports.vector_index` for the contract, and
-:mod:`stages.adapters.vector_index.edge.session` for how
-processes share a shard (sessions under an ``flock``) and what a crash can lose.
-
-The shard's search is exact (no HNSW build is triggered: ``optimize()`` takes tens of
-seconds per 50k points on 2 cores and would hold the lock that long).
+:mod:`stages.adapters.vector_index.edge.session` for how processes share a shard (sessions
+under an ``flock``). The shard's search is exact: no HNSW build is triggered, as
+``optimize()`` would hold the lock far too long. Its cost, and what a crash can lose:
+docs/architecture.md, "The embedded index with several worker processes".
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """Points in qdrant-edge's form, with as little conversion work per point as it allows.
 
-qdrant-edge turns a payload dict into JSON field by field, and a field is dear: for a
-string it first tries bool, u64, i64 and f64, raising (and dropping) a Python error each
-time (about 4-7 µs a string field, 1.5-2.5 µs an integer; a field stored also costs in the
-upsert). With the eight fields a chunk's point carries, that conversion was the index
-stage's largest CPU cost (about 43 µs of the ~100 µs a point cost all-in, on
-bench.ingest's corpus; qdrant-edge's own upsert about 32 µs).
-
-The embedded index therefore stores a point's payload in as few fields as its filters
-need: ``document_id`` and ``generation`` (delete, ``verify``, ``reprocess``),
-:data:`BODY_FIELD`, the whole payload as one JSON string (msgspec encodes it in about
-2 µs), and ``collection`` only for a tenant other than ``default``: the tenant filter
-already counts a point without the field as ``default`` (points written before
-collections existed), so the common case saves a string field (measured on re-indexing
-500-point documents: 5-10 µs per point of conversion and upsert).
-
-:func:`payload_of` gives a stored payload back in the caller's form, so search shows the
-same fields as before: the body holds the collection whatever was stored beside it.
-Points of the earlier layouts are read as they are: with a body and a ``collection``
-field (before default's was left out), or with plain fields and no body (before
-packing). Nothing filters on the other fields in the embedded index (the Qdrant server
-keeps them as plain fields: :mod:`stages.adapters.vector_index.qdrant`).
+qdrant-edge converts a payload dict field by field, dearly (a string field first tries bool,
+u64, i64 and f64, each failure a Python exception), so the embedded index stores only what
+its filters need: ``document_id``, ``generation``, :data:`BODY_FIELD` (the whole payload
+as one JSON string) and ``collection`` only for a tenant other than ``default``.
+:func:`payload_of` gives a stored payload back in the caller's form, earlier layouts
+included. Figures: docs/architecture.md, "The index stage's CPU per point".
 """
 
 from __future__ import annotations

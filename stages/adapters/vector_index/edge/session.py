@@ -1,63 +1,12 @@
 """Sessions of the embedded vector index: who may open a qdrant-edge shard, and for how long.
 
-Used by :class:`stages.adapters.vector_index.edge.index.EdgeIndex`.
-
-A qdrant-edge shard cannot be open in two processes at once: the second
-``EdgeShard.load`` fails with ``Can't init WAL: Kind(WouldBlock)`` (the WAL is locked by
-its owner). Several ragline worker processes may share one data dir, so EdgeIndex only
-opens a shard while holding an exclusive ``fcntl.flock`` on ``<collection>.lock``.
-
-Loading a shard costs time that grows with it (2-core dev machine, 384 dimensions: ~90 ms
-at 50k-100k points, ~250 ms at 300k), and a flush costs ~30 ms, so a lock-load-flush-close
-per operation made the index stage the pipeline's bottleneck. Instead, consecutive
-operations of a process share a *session*: the lock stays held and the shard open while
-the process keeps using it. Holding it for the whole process lifetime would lock every
-other worker (and the CLI's ``search``) out of the index, stalling their jobs until their
-leases expire, so a process that waits for the lock says so: it holds a shared flock on
-``<collection>.waiting`` while it blocks (``<collection>.queued`` when it waits to write a
-document, see below), which the holder probes (a non-blocking exclusive flock fails). A
-wanted session ends once it has been open ``min_hold_s`` (1 s) and idle ``idle_close_s``
-(50 ms; a timer thread looks), or at its next operation once open ``max_hold_s`` (2 s);
-an unwanted one lasts until idle ``idle_keep_s`` (2 s). The minimum hold matters with
-several indexing processes: handing the lock over after every operation made each one
-reload the shard every time (measured: a third of the index stage's CPU).
-
-Each hand-over costs a load (taker) and a flush (giver), and qdrant-edge holds the GIL
-in ``load``, ``update``, ``flush`` and ``close``, so each of them stalls the whole worker
-process. An index job therefore does not wait for a shard another indexing process
-holds: :meth:`Sessions.try_hold` (``EdgeIndex.reserve``) takes the lock if it is free and
-then marks the session as an indexer's (a shared flock on ``<collection>.indexing``);
-when the lock is held by a process with that mark, the job snoozes
-(``runtime.api.Snooze``: back to the queue, no attempt counted, this process's index
-claims paused), without a waiting marker, so index jobs flow to the process that holds
-the shard, which is not "wanted" by them and keeps it while it has index work. A
-holder without the mark is a reader (``search``, ``verify``, the CLI, ``serve``) that
-takes no index jobs: snoozing to it could starve them, so the job waits for it as a
-queued writer. Readers still wait with ``.waiting``.
-A write that finds its session gone mid-document (a reader took it between slices) waits
-as before, with ``.queued``; a session wanted only by such writers may be held longer:
-``batch_min_hold_s`` and ``batch_max_hold_s``. They default to the same 1 s and 2 s:
-4 s and 8 s saved a few shard loads but left the last documents of a run waiting up to
-8 s for their index write (bench.ingest's tail), and a document's readiness is worth
-more than a load. flock is not fair, so a
-process that handed its session over waits until the waiters have the lock (their
-markers gone), after any other release ``yield_s``. That wait is bounded by
-``handover_wait_s`` (0.25 s: a waiter that is runnable takes the lock within a few ms;
-one stopped with SIGSTOP never does). Reads in a session are consistent: nobody else
-writes while the lock is held, and every session loads the shard afresh.
-
-Durability: ``EdgeShard.update`` appends to the shard's write-ahead log, which is
-memory-mapped, before it returns; after a SIGKILL the next ``load`` replays it (the
-tests kill a process right after ``replace_document`` returned, unflushed, and find every
-point). A session flushes (fsync) at least every ``flush_every_s`` (1 s) and before it
-lets the lock go, so an OS crash or power loss can lose about the last second of writes
-(``verify`` reports the missing points, ``repair`` re-indexes).
-
-Measured with 64-dimension vectors, 200 documents of 200 points via ``replace_document``:
-per-operation sessions did ~1.0-1.6k points/s in one process and ~1.5-2k in total with
-two processes; shared sessions ~11-18k in one process and ~11-23k with two. Beyond a few
-hundred thousand points, or with many processes indexing at once, use a Qdrant server
-(``QDRANT_URL``).
+Used by :class:`stages.adapters.vector_index.edge.index.EdgeIndex`. A shard is open in one
+process at a time, under an exclusive ``fcntl.flock`` on ``<collection>.lock``; a process's
+consecutive operations share one session (lock held, shard open). Others say they want it
+with a shared flock on a ``.waiting`` or ``.queued`` marker: a wanted session ends between
+``min_hold_s`` and ``max_hold_s``, an unwanted one once idle ``idle_keep_s``. Index jobs
+snooze to an indexer's session (marked ``.indexing``) instead of waiting. Why, hand-overs
+and durability: docs/architecture.md, "The embedded index with several worker processes".
 """
 
 from __future__ import annotations

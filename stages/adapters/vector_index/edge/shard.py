@@ -1,18 +1,11 @@
 """Creating an embedded vector index's shard, and checking an existing one's dimensions.
 
-Used by :class:`stages.adapters.vector_index.edge.index.EdgeIndex`; see
-:mod:`stages.adapters.vector_index.edge.session` for the lock
-a shard is created under.
-
-A shard searches with a pool of threads that read its segments in parallel; qdrant-edge
-sizes it from the CPUs (8 threads on a 2-core machine). ragline's shards hold one segment
-(no optimizer runs), so the pool's other threads never help, and each idle one spins
-(``sched_yield``) after every operation the pool runs. A shard is created with
-:data:`SEARCH_THREADS` (qdrant-edge keeps it in the shard's config; one created earlier
-keeps its own pool): an index-only worker re-indexing bench.ingest's corpus went from
-~15,000 involuntary context switches to 1,300-2,000, its CPU within the noise (2.82-3.09
-s against 2.89-2.96, three alternating runs each), and a search of 53,873 points took
-1.36-1.46 ms either way.
+Used by :class:`stages.adapters.vector_index.edge.index.EdgeIndex`, under the lock of
+:mod:`stages.adapters.vector_index.edge.session`. A shard gets :data:`SEARCH_THREADS`
+search threads, not qdrant-edge's pool sized from the CPUs: its one segment (no optimizer
+runs) leaves the other threads nothing to do but spin (``sched_yield``) after every
+operation. The count stays in the shard's config (one created earlier keeps its pool).
+Figures: docs/benchmark-history.md, "Figures moved out of module docstrings".
 """
 
 from __future__ import annotations

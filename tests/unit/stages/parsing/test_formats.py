@@ -20,7 +20,6 @@ from stages.parsing.formats.text import (
     markdown_sections,
     text_sections,
 )
-from stages.pipeline.chunk import section_label
 from tests.made_formats import FORMAT_NAMES, MAKERS, damaged, make_epub
 
 
@@ -203,13 +202,6 @@ def test_decoding_believes_boms_and_meta_charset_and_refuses_damage() -> None:
         decode_text(b"ok\x00ok", "a.txt")
 
 
-def test_a_chunk_names_each_section_it_spans_once() -> None:
-    sections = {1: "A", 2: "A", 3: "A › B"}
-    assert section_label(sections, 1, 3) == "A | A › B"
-    assert section_label(sections, 3, 3) == "A › B"
-    assert section_label({}, 1, 9) is None
-
-
 def test_a_book_longer_than_a_batch_keeps_every_page_and_its_chapter(tmp_path: Path) -> None:
     """Pages are converted BATCH_PAGES at a time (PyMuPDF's own convert_to_pdf fails for a
     range that does not start at page 0): every page must come through, numbered."""
@@ -230,48 +222,3 @@ def test_a_picture_over_max_image_pixels_is_refused_before_decoding(tmp_path: Pa
     with pytest.raises(InvalidDocument, match=r"^scan\.png: PNG of 1040x220 px is over"):
         list(read_units(path, fmt, path.name, (32, 1024, 100_000)))
     assert len(list(read_units(path, fmt, path.name, (32, 1024, 300_000)))) == 1
-
-
-def test_a_directory_walk_takes_documents_and_counts_what_it_leaves(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Files named as a format ragline reads go in (their content is checked at submit);
-    a file without a suffix goes in when its content is a document format other than
-    text; every other file is counted per suffix and said in one line, hidden ones
-    aside."""
-    from stages.cli.submit import expand, report_skipped
-
-    root = tmp_path / "folder"
-    (root / "sub").mkdir(parents=True)
-    (root / ".git").mkdir()
-    picture = MAKERS["png"](root / "picture.png")
-    (root / "sub" / "report.md").write_text("# Report\n\nText.\n")
-    scan = root / "sub" / "scan_001"
-    scan.write_bytes(picture.read_bytes())  # a PNG without its suffix
-    (root / "README").write_text("A text without a suffix is left out.\n")
-    (root / "data.csv").write_text("a,b\n1,2\n")
-    (root / "more.CSV").write_text("a,b\n3,4\n")
-    (root / "notes.json").write_text('{"a": 1}')
-    (root / ".DS_Store").write_bytes(b"\x00\x01")
-    (root / ".git" / "config").write_text("[core]\n")
-    (root / "gone.pdf").symlink_to(root / "nowhere.pdf")
-
-    found = expand([str(root)])
-    assert [p.relative_to(root).as_posix() for p in found.files] == [
-        "picture.png",
-        "sub/report.md",
-        "sub/scan_001",
-    ]
-    assert [r.reason for r in found.refused] == ["symbolic link to a file that does not exist"]
-    assert found.skipped == {"": 1, ".csv": 2, ".json": 1}
-
-    report_skipped(found.skipped)
-    [line] = capsys.readouterr().err.splitlines()
-    assert line == (
-        "skipped 4 file(s) in the directories given, named as no type ragline reads "
-        "(no suffix 1, .csv 2, .json 1); name a file on its own to have its content checked"
-    )
-    report_skipped({})
-    assert capsys.readouterr().err == ""
-    # Named on its own, a file is taken as it is and its content decides at submit.
-    assert expand([str(root / "data.csv")]).files == [root / "data.csv"]

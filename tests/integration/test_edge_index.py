@@ -1,11 +1,14 @@
-"""One conformance suite for both vector indexes: QdrantIndex on qdrant-client's local mode
-(":memory:") and EdgeIndex on a tmp dir; plus EdgeIndex's multi-process behaviour."""
+"""The embedded vector index (EdgeIndex, qdrant-edge) alone: its data persists across
+reopening; its session holds a collection's lock across operations and lets it go when
+idle or wanted; an index job reserves the collection or snoozes; two processes write one
+collection with exact counts; points survive a SIGKILL; points of its earlier layouts are
+still read, replaced and deleted. What every vector index does is in
+tests/conformance/test_vector_index.py."""
 
 from __future__ import annotations
 
 import fcntl
 import json
-import math
 import os
 import signal
 import subprocess
@@ -13,40 +16,33 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
+import qdrant_edge as qe
 
-from runtime.errors import (
-    ConfigurationError,
-    MissingInput,
-    PermanentError,
-    RateLimited,
-    Snooze,
-    TransientError,
-)
+from runtime.errors import PermanentError, Snooze
 from stages.adapters.vector_index.edge.index import EdgeIndex, EdgeIndexConfig
 from stages.adapters.vector_index.edge.session import is_wanted, lock_collection
-from stages.adapters.vector_index.qdrant import QdrantConfig, QdrantIndex
 from stages.ports.vector_index import (
+    COLLECTION_FIELD,
+    DOCUMENT_FIELD,
+    GENERATION_FIELD,
     Point,
-    VectorIndex,
     new_point,
     point_id,
     vector_collection_name,
 )
-from stages.services import vector_index
-from stages.settings import PipelineSettings
-from tests.support.s3 import closed_port
 
 pytestmark = pytest.mark.anyio
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DIM = 8
 COLLECTION = vector_collection_name("test-model", DIM)
+OLD = vector_collection_name("model-a", DIM)
 
 
 def unit(i: int, dim: int = DIM) -> list[float]:
@@ -61,174 +57,13 @@ def points(doc: uuid.UUID, generation: int, count: int, start: int = 0) -> list[
     return [new_point(doc, n, generation, unit(n), {"ordinal": n}) for n in range(start, count)]
 
 
-async def test_ensure_collection_is_idempotent(index: VectorIndex) -> None:
-    await index.ensure_vector_collection(COLLECTION, DIM)
-    doc = uuid.uuid4()
-    await index.upsert(COLLECTION, points(doc, 1, 5))
-    await index.ensure_vector_collection(COLLECTION, DIM)
-    assert await index.count(COLLECTION) == 5
-    with pytest.raises(PermanentError):
-        await index.ensure_vector_collection(COLLECTION, DIM + 1)
+def vec(i: int) -> list[float]:
+    v = [0.05] * DIM
+    v[i % DIM] = 1.0
+    return v
 
 
-async def test_upserting_same_ids_twice_does_not_duplicate(index: VectorIndex) -> None:
-    await index.ensure_vector_collection(COLLECTION, DIM)
-    doc, other = uuid.uuid4(), uuid.uuid4()
-    await index.upsert(COLLECTION, points(doc, 1, 300))  # more than one batch
-    await index.upsert(COLLECTION, points(doc, 1, 300))
-    await index.upsert(COLLECTION, points(other, 1, 7))
-    assert await index.count(COLLECTION, doc) == 300
-    assert await index.count(COLLECTION, other) == 7
-    assert await index.count(COLLECTION) == 307
-    ids = await index.point_ids(COLLECTION, other)
-    assert sorted(ids) == sorted(point_id(other, n) for n in range(7))
-    assert len(await index.point_ids(COLLECTION, doc)) == 300
-
-
-async def test_delete_document_keep_generation_drops_only_stale_points(
-    index: VectorIndex,
-) -> None:
-    await index.ensure_vector_collection(COLLECTION, DIM)
-    doc, other = uuid.uuid4(), uuid.uuid4()
-    await index.upsert(COLLECTION, points(doc, 1, 10))  # generation 1: chunks 0..9
-    await index.upsert(COLLECTION, points(doc, 2, 6))  # generation 2 rewrote chunks 0..5
-    await index.upsert(COLLECTION, points(other, 1, 4))
-    await index.delete_document(COLLECTION, doc, keep_generation=2)
-    assert sorted(await index.point_ids(COLLECTION, doc)) == sorted(
-        point_id(doc, n) for n in range(6)
-    )
-    assert await index.count(COLLECTION, other) == 4
-    await index.delete_document(COLLECTION, doc)
-    assert await index.count(COLLECTION, doc) == 0
-    assert await index.count(COLLECTION, other) == 4
-
-
-async def test_delete_generation_removes_what_one_run_wrote(index: VectorIndex) -> None:
-    await index.ensure_vector_collection(COLLECTION, DIM)
-    doc = uuid.uuid4()
-    await index.upsert(COLLECTION, points(doc, 1, 10))
-    await index.upsert(COLLECTION, points(doc, 2, 13, start=10))  # a failed run's partial output
-    await index.delete_generation(COLLECTION, doc, 2)
-    assert await index.count(COLLECTION, doc) == 10
-    assert await index.count(COLLECTION) == 10
-
-
-async def test_search_returns_nearest_first(index: VectorIndex) -> None:
-    await index.ensure_vector_collection(COLLECTION, DIM)
-    doc = uuid.uuid4()
-    await index.upsert(COLLECTION, points(doc, 1, DIM))
-    hits = await index.search(COLLECTION, unit(3), limit=3)
-    assert len(hits) == 3
-    assert hits[0].id == point_id(doc, 3)
-    assert math.isclose(hits[0].score, 1.0, abs_tol=1e-4)
-    assert hits[0].payload == {"document_id": str(doc), "generation": 1, "ordinal": 3}
-    assert hits[0].score > hits[1].score >= hits[2].score
-
-
-async def test_missing_collection(index: VectorIndex) -> None:
-    missing = vector_collection_name("never-created", DIM)
-    with pytest.raises(MissingInput):
-        await index.count(missing)
-    with pytest.raises(MissingInput):
-        await index.search(missing, unit(0), limit=1)
-    with pytest.raises(MissingInput):
-        await index.upsert(missing, points(uuid.uuid4(), 1, 1))
-    await index.delete_document(missing, uuid.uuid4())  # nothing to delete is fine
-    await index.delete_generation(missing, uuid.uuid4(), 1)
-
-
-async def test_bad_input_is_rejected(index: VectorIndex) -> None:
-    await index.ensure_vector_collection(COLLECTION, DIM)
-    bare = Point(id=uuid.uuid4(), vector=unit(0), payload={})
-    with pytest.raises(ValueError):
-        await index.upsert(COLLECTION, [bare])
-    with pytest.raises(PermanentError):
-        await index.upsert(COLLECTION, [new_point(uuid.uuid4(), 0, 1, [1.0, 2.0])])
-    with pytest.raises(ValueError):
-        await index.count("../escape")
-
-
-def test_names_and_ids() -> None:
-    assert vector_collection_name("cohere/embed-v4.0", 1024) == "ragline_cohere_embed-v4_0_1024"
-    assert vector_collection_name("MiniLM L6", 384) == "ragline_minilm_l6_384"
-    doc = uuid.uuid4()
-    assert point_id(doc, 1) == point_id(doc, 1) != point_id(doc, 2)
-    assert point_id(doc, 1) != point_id(uuid.uuid4(), 1)
-
-
-def test_factory(tmp_path: Path) -> None:
-    assert isinstance(vector_index(PipelineSettings.from_env({}), tmp_path), EdgeIndex)
-    qdrant = PipelineSettings.from_env({"QDRANT_URL": "http://127.0.0.1:9"})
-    assert isinstance(vector_index(qdrant, tmp_path), QdrantIndex)
-    with pytest.raises(ConfigurationError, match=r"^QDRANT_URL='localhost:6333' is invalid"):
-        PipelineSettings.from_env({"QDRANT_URL": "localhost:6333"})
-
-
-# -- QdrantIndex error mapping over real HTTP ----------------------------------------------
-
-
-async def test_qdrant_server_down_is_transient() -> None:
-    index = QdrantIndex(QdrantConfig(url=f"http://127.0.0.1:{closed_port()}", timeout_s=5))
-    try:
-        with pytest.raises(TransientError) as caught:
-            await index.ensure_vector_collection(COLLECTION, DIM)
-        assert caught.value.__cause__ is not None
-    finally:
-        await index.aclose()
-
-
-@pytest.fixture
-def status_server() -> Iterator[tuple[str, list[int]]]:
-    """An HTTP server on loopback answering every request with the next queued status."""
-    statuses: list[int] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def _answer(self) -> None:
-            status = statuses.pop(0) if statuses else 500
-            body = json.dumps({"status": {"error": f"status {status}"}}).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            if status == 429:
-                self.send_header("Retry-After", "7")
-            self.end_headers()
-            self.wfile.write(body)
-
-        do_GET = do_PUT = do_POST = _answer
-
-        def log_message(self, format: str, *args: object) -> None:
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", statuses
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
-
-
-@pytest.mark.parametrize(
-    ("status", "expected"),
-    [(503, TransientError), (429, RateLimited), (400, PermanentError), (403, PermanentError)],
-)
-async def test_qdrant_http_status_mapping(
-    status_server: tuple[str, list[int]], status: int, expected: type[Exception]
-) -> None:
-    url, statuses = status_server
-    statuses.append(status)
-    index = QdrantIndex(QdrantConfig(url=url, timeout_s=5))
-    try:
-        with pytest.raises(expected) as caught:
-            await index.ensure_vector_collection(COLLECTION, DIM)
-        assert type(caught.value) is expected
-        if status == 429:
-            assert isinstance(caught.value, RateLimited)
-            assert caught.value.retry_after_s == 7.0
-    finally:
-        await index.aclose()
+# -- EdgeIndex across processes -----------------------------------------------------------
 
 
 # -- EdgeIndex across processes -----------------------------------------------------------
@@ -300,60 +135,6 @@ async def test_edge_data_persists_across_reopen(tmp_path: Path) -> None:
     hits = await second.search(COLLECTION, unit(5), limit=1)
     assert hits[0].id == point_id(doc, 5)
     await second.aclose()
-
-
-# -- replace_document ----------------------------------------------------------------------
-
-
-async def test_replace_document_upserts_then_drops_other_generations(index: VectorIndex) -> None:
-    await index.ensure_vector_collection(COLLECTION, DIM)
-    doc, other = uuid.uuid4(), uuid.uuid4()
-    await index.replace_document(COLLECTION, doc, 1, points(doc, 1, 10))
-    await index.replace_document(COLLECTION, other, 1, points(other, 1, 4))
-    for _ in range(2):  # a re-run after a crash changes nothing
-        await index.replace_document(COLLECTION, doc, 2, points(doc, 2, 6))
-        refs = await index.scan(COLLECTION, doc)
-        assert sorted(r.id for r in refs) == sorted(point_id(doc, n) for n in range(6))
-        assert {r.generation for r in refs} == {2}
-        assert await index.count(COLLECTION, other) == 4
-    await index.replace_document(COLLECTION, doc, 3, [])  # nothing left to index
-    assert await index.count(COLLECTION, doc) == 0
-    assert await index.count(COLLECTION) == 4
-
-
-async def test_replace_document_drops_as_many_points_at_other_ordinals(
-    index: VectorIndex,
-) -> None:
-    """A generation with as many points as the last, none of them at its ordinals: the
-    document ends with the new points only (however the index decides what is stale)."""
-    await index.ensure_vector_collection(COLLECTION, DIM)
-    doc = uuid.uuid4()
-    await index.replace_document(COLLECTION, doc, 1, points(doc, 1, 5))
-    await index.replace_document(COLLECTION, doc, 2, points(doc, 2, 8, start=3))
-    refs = await index.scan(COLLECTION, doc)
-    assert sorted(r.id for r in refs) == sorted(point_id(doc, n) for n in range(3, 8))
-    assert {r.generation for r in refs} == {2}
-    # Same ids, same generation, written again: nothing stale, nothing lost.
-    await index.replace_document(COLLECTION, doc, 2, points(doc, 2, 8, start=3))
-    assert await index.count(COLLECTION, doc) == 5
-
-
-async def test_replace_document_rejects_foreign_points(index: VectorIndex) -> None:
-    await index.ensure_vector_collection(COLLECTION, DIM)
-    doc = uuid.uuid4()
-    with pytest.raises(ValueError):
-        await index.replace_document(COLLECTION, doc, 2, points(doc, 1, 3))
-    with pytest.raises(ValueError):
-        await index.replace_document(COLLECTION, doc, 1, points(uuid.uuid4(), 1, 3))
-    assert await index.count(COLLECTION) == 0
-
-
-async def test_replace_document_in_missing_collection(index: VectorIndex) -> None:
-    missing = vector_collection_name("never-created", DIM)
-    doc = uuid.uuid4()
-    with pytest.raises(MissingInput):
-        await index.replace_document(missing, doc, 1, points(doc, 1, 2))
-    await index.replace_document(missing, doc, 1, [])  # nothing to write or delete is fine
 
 
 # -- EdgeIndex sessions -------------------------------------------------------------------
@@ -666,3 +447,71 @@ async def _check_survivors(root: Path, doc: uuid.UUID) -> None:
         assert {r.generation for r in refs} == {2}
     finally:
         await reopened.aclose()
+
+
+# -- points the embedded index wrote in earlier layouts -------------------------------------
+
+
+def _packed_with_collection(payload: dict[str, Any]) -> dict[str, Any]:
+    """The packed layout as written until default's collection field was left out: four
+    fields, the whole payload as JSON text in ``ragline_payload``."""
+    keep = (DOCUMENT_FIELD, GENERATION_FIELD, COLLECTION_FIELD)
+    return {"ragline_payload": json.dumps(payload), **{k: payload[k] for k in keep}}
+
+
+def _plain_before_collections(payload: dict[str, Any]) -> dict[str, Any]:
+    """Before packing and before collections: every field plain, no collection field."""
+    return {k: v for k, v in payload.items() if k != COLLECTION_FIELD}
+
+
+@pytest.mark.parametrize("layout", [_packed_with_collection, _plain_before_collections])
+async def test_points_of_earlier_layouts_are_searched_scanned_replaced_and_deleted(
+    tmp_path: Path, layout: Callable[[dict[str, Any]], dict[str, Any]]
+) -> None:
+    root = tmp_path / "qdrant"
+    index = EdgeIndex(EdgeIndexConfig(root=root))
+    await index.ensure_vector_collection(OLD, DIM)
+    await index.aclose()
+    doc, gone = uuid.uuid4(), uuid.uuid4()
+
+    def chunks(document: uuid.UUID, generation: int, n: int) -> list[Point]:
+        extra = {COLLECTION_FIELD: "default", "text": f"chunk of {generation}", "page_start": 1}
+        return [new_point(document, i, generation, vec(i), extra) for i in range(n)]
+
+    old = chunks(doc, 1, 4) + chunks(gone, 1, 2)
+    shard = qe.EdgeShard.load(str(root / OLD))  # as an earlier ragline left it on disk
+    try:
+        stored = [qe.Point(p.id, list(p.vector), layout(p.payload)) for p in old]
+        shard.update(qe.UpdateOperation.upsert_points(stored))
+        shard.flush()
+    finally:
+        shard.close()
+    try:
+        # Search shows what was written (and what the layout kept), in the default tenant.
+        expected = {p.id: layout(p.payload) for p in old}
+        if layout is _packed_with_collection:
+            expected = {p.id: p.payload for p in old}
+        hits = await index.search(OLD, vec(0), 100, tenant="default")
+        assert {h.id: h.payload for h in hits} == expected
+        assert await index.search(OLD, vec(0), 100, tenant="alpha") == []
+        # verify's view: every point with its document and generation.
+        refs = await index.scan(OLD, tenant="default")
+        assert sorted((r.document_id, r.generation) for r in refs) == sorted(
+            [(str(doc), 1)] * 4 + [(str(gone), 1)] * 2
+        )
+        # A reprocess writes the new layout and leaves none of the old points behind.
+        await index.replace_document(OLD, doc, 2, chunks(doc, 2, 3))
+        assert {(r.id, r.generation) for r in await index.scan(OLD, doc)} == {
+            (p.id, 2) for p in chunks(doc, 2, 3)
+        }
+        hits = await index.search(OLD, vec(0), 100, tenant="default")
+        assert {h.payload["document_id"] for h in hits} == {str(doc), str(gone)}
+        new = [h for h in hits if h.payload["generation"] == 2]
+        assert len(new) == 3 and {h.payload[COLLECTION_FIELD] for h in new} == {"default"}
+        # delete and a failed run's clean-up find old points too.
+        await index.delete_generation(OLD, gone, 1)
+        assert await index.count(OLD, gone) == 0
+        await index.delete_document(OLD, doc)
+        assert await index.count(OLD) == 0
+    finally:
+        await index.aclose()

@@ -1,27 +1,12 @@
-"""Provider settings and messages: durations, circuit validation, the gist of an error."""
+"""runtime.providers.specs: circuit and budget settings are validated, and a provider's
+error is shown by its gist."""
 
 from __future__ import annotations
 
-import click
 import pytest
 
-from runtime.cli.options import parse_duration_s
 from runtime.errors import ConfigurationError
 from runtime.providers.specs import CircuitConfig, ProviderSpec, short_reason
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [("90s", 90.0), ("30m", 1800.0), ("24h", 86400.0), ("2d", 172800.0), ("3600", 3600.0)],
-)
-def test_retry_for_takes_a_duration(text: str, seconds: float) -> None:
-    assert parse_duration_s(text, "RAGLINE_RETRY_FOR") == seconds
-
-
-@pytest.mark.parametrize("text", ["forever", "-5m", "", "h"])
-def test_a_bad_duration_names_the_variable(text: str) -> None:
-    with pytest.raises(click.BadParameter, match="RAGLINE_RETRY_FOR"):
-        parse_duration_s(text, "RAGLINE_RETRY_FOR")
 
 
 def test_circuit_and_budget_settings_are_validated() -> None:

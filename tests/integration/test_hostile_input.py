@@ -1,7 +1,8 @@
-"""Bad input at the edges: hostile file names, a PDF with no pages, a decompression bomb.
+"""Hostile input through the pipeline: hostile file names, a PDF with no pages, a
+decompression bomb.
 
-(The 2,000-page PDF's bounded memory is shown in tests/unit/test_pdf.py, the benchmark in
-bench/ingest.py measures the worker's peak.)
+(The 2,000-page PDF's bounded memory is shown in tests/unit/stages/parsing/test_pdf.py;
+the benchmark in bench/ingest.py measures the worker's peak.)
 """
 
 # mypy: disallow-untyped-calls=False

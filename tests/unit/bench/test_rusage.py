@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux rusage")
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 # A parent holding 200 MB starts a child that holds 20 MB, directly and through the
 # launcher, and prints what wait4 and the launcher said of the child's peak (MB).

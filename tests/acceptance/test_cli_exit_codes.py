@@ -1,5 +1,7 @@
-"""The smaller things of issue 10: search arguments, a bad pipeline name, Ctrl-C during a
-database outage (a real TCP proxy between ingest and PostgreSQL, cut mid-run)."""
+"""What the CLI exits with where a user trips: bad search arguments, a bad pipeline name
+and an unmigrated database under ``--no-auto-migrate`` are one line and exit 2; Ctrl-C
+during a database outage (a real TCP proxy between ingest and PostgreSQL, cut mid-run)
+exits 130; ``ingest`` runs every stage whatever ``RAGLINE_STAGES`` says."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The index stage's fast paths build exactly what the simple ones do."""
+"""The index stage's fast path builds exactly the points the simple one does."""
 
 from __future__ import annotations
 
@@ -10,14 +10,7 @@ import numpy as np
 from runtime.models import Job
 from stages.db import checkpoints
 from stages.pipeline.index import document_points, payload
-from stages.ports.vector_index import new_point, point_id, point_ids
-
-
-def test_point_ids_are_uuid5_ids() -> None:
-    for doc in (uuid.UUID(int=0), uuid.uuid4(), uuid.uuid4()):
-        ordinals = [0, 1, 9, 10, 255, 256, 12345, 10**9]
-        assert point_ids(doc, ordinals) == [point_id(doc, n) for n in ordinals]
-        assert all(i.version == 5 for i in point_ids(doc, ordinals))
+from stages.ports.vector_index import new_point
 
 
 def rows(count: int) -> list[checkpoints.ChunkVector]:
@@ -44,15 +37,3 @@ def test_document_points_equal_new_point() -> None:
     ]
     built = document_points(chunks, job.document_id, job.generation, job.filename)
     assert built == expected
-
-
-def test_vectors_decode_together_or_one_by_one() -> None:
-    vectors = np.random.default_rng(1).random((5, 6)).astype(checkpoints.VECTOR_DTYPE)
-    data: list[bytes | None] = [v.tobytes() for v in vectors]
-    decoded = checkpoints.vectors_of(data)
-    # The stored big-endian floats, as this machine's float32 (exactly: no rounding).
-    assert [list(v or []) for v in decoded] == vectors.astype(np.float32).tolist()
-    assert decoded == [checkpoints.vector_of(d) for d in data]
-    data[2] = None
-    assert checkpoints.vectors_of(data) == [checkpoints.vector_of(d) for d in data]
-    assert checkpoints.vectors_of([]) == []

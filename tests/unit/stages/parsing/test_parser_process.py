@@ -22,7 +22,7 @@ from stages.parsing.wire import ParseRequest
 from tests.support.pdfs import write_truncated_pdf
 
 pymupdf: Any = _pymupdf
-SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+SAMPLES = Path(__file__).resolve().parents[4] / "samples"
 
 
 def request(path: Path, media_type: str = "application/pdf") -> ParseRequest:

@@ -1,4 +1,5 @@
-"""serve's pure pieces: bind rules, tokens, file names, keys, cursors, SSE ids."""
+"""What serve accepts from its configuration and its requests: bind rules and tokens,
+upload file names, idempotency keys, lengths and types, list cursors, SSE event ids."""
 
 from __future__ import annotations
 

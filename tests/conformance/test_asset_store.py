@@ -1,4 +1,7 @@
-"""One conformance suite for both asset stores: DirStore on a tmp dir, MinioStore on moto."""
+"""One conformance suite for the asset store's port (stages.ports.assets.AssetStore):
+every test runs against each implementation, DirStore on a tmp dir and MinioStore on a
+moto S3 server, and each implementation has every member of the port. What one adapter
+alone does is in tests/integration/test_directory_store.py and test_minio_store.py."""
 
 from __future__ import annotations
 
@@ -9,17 +12,23 @@ from pathlib import Path
 
 import pytest
 
-from runtime.errors import ConfigurationError, MissingInput, TransientError
+from runtime.errors import MissingInput
 from stages.adapters.assets.directory import DirStore
 from stages.adapters.assets.minio import MinioConfig, MinioStore
 from stages.ports.assets import AssetStore, document_prefix, image_key, original_key, validate_key
-from stages.services import asset_store
-from stages.settings import PipelineSettings
-from tests.support.s3 import S3Server, closed_port
+from tests.support.parity import parity_problems, port_members
+from tests.support.s3 import S3Server
 
 pytestmark = pytest.mark.anyio
 
 SHA = hashlib.sha256(b"x").hexdigest()
+IMPLEMENTATIONS = (DirStore, MinioStore)
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS, ids=lambda c: c.__name__)
+def test_every_store_has_every_member_of_the_port(implementation: type) -> None:
+    assert {"put", "get", "local_file", "move_file_in"} <= set(port_members(AssetStore))
+    assert parity_problems(AssetStore, implementation) == []
 
 
 def _minio(server: S3Server, bucket: str) -> MinioStore:
@@ -130,24 +139,6 @@ async def test_empty_prefix_cannot_wipe_the_store(store: AssetStore) -> None:
         await store.delete_prefix("")
 
 
-async def test_minio_server_down_is_transient() -> None:
-    config = MinioConfig(endpoint=f"127.0.0.1:{closed_port()}", http_retries=0)
-    store = MinioStore(config)
-    try:
-        with pytest.raises(TransientError) as caught:
-            await store.get(original_key(uuid.uuid4(), SHA))
-        assert caught.value.__cause__ is not None
-    finally:
-        await store.aclose()
-
-
-async def test_dirstore_leaves_no_temp_files(tmp_path: Path) -> None:
-    store = DirStore(tmp_path)
-    key = original_key(uuid.uuid4(), SHA)
-    await store.put(key, b"x", "text/plain")
-    assert [p.name for p in (tmp_path / key).parent.iterdir()] == [key.rsplit("/", 1)[1]]
-
-
 def test_keys_never_use_file_names_and_validate_inputs() -> None:
     doc = uuid.uuid4()
     assert original_key(doc, SHA) == f"documents/{doc}/original-{SHA[:16]}"
@@ -157,13 +148,3 @@ def test_keys_never_use_file_names_and_validate_inputs() -> None:
     with pytest.raises(ValueError):
         image_key(doc, SHA, "p/ng")
     assert validate_key("documents/", prefix=True) == "documents/"
-
-
-def test_factory_picks_minio_only_when_endpoint_set(tmp_path: Path) -> None:
-    assert isinstance(asset_store(PipelineSettings.from_env({}), tmp_path), DirStore)
-    env = {"MINIO_ENDPOINT": "127.0.0.1:9", "MINIO_SECURE": "true"}
-    made = asset_store(PipelineSettings.from_env(env), tmp_path)
-    assert isinstance(made, MinioStore)
-    assert made.config.secure and made.config.bucket == "ragline"
-    with pytest.raises(ConfigurationError, match=r"^MINIO_SECURE='maybe' is invalid"):
-        PipelineSettings.from_env({"MINIO_ENDPOINT": "x:1", "MINIO_SECURE": "maybe"})

@@ -27,7 +27,7 @@ from stages.parsing.formats.unit import Image
 from tests.made_formats import make_epub
 from tests.support.corpus import big_pdf, broken_pdfs, corpus_pdfs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 SAMPLES = ROOT / "samples"
 # PyMuPDF's type hints miss some of its constants.
 AES_256: int = pymupdf.PDF_ENCRYPT_AES_256  # type: ignore[attr-defined]
