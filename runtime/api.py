@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runtime.cli.app import (
+    from runtime.cli.commands import stage_table, timeline
+    from runtime.cli.common import (
         EXIT_FAILED,
         EXIT_INTERRUPTED,
         EXIT_OK,
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
         parse_ids,
         run_async,
     )
-    from runtime.cli.commands import stage_table, timeline
     from runtime.cli.options import WorkerOptions, env_option, worker_config
     from runtime.db.connect import open_pool
     from runtime.db.errors import CONNECTION_ERRORS, is_storage_full

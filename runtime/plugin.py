@@ -36,7 +36,7 @@ class Plugin(msgspec.Struct, frozen=True, kw_only=True):
     build: Callable[[BuildContext], Pipeline]
     default_concurrency: Mapping[str, int] = msgspec.field(default_factory=dict)
     #: The pipeline's commands (submit, ingest, search, ...), registered by the CLI next to
-    #: the engine's. They get the :class:`runtime.cli.app.App` as their click object.
+    #: the engine's. They get the :class:`runtime.cli.common.App` as their click object.
     commands: Sequence[click.Command] = ()
     #: The pipeline's rows of the settings table (:class:`runtime.settings.Setting`),
     #: checked with the engine's before anything starts.

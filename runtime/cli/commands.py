@@ -14,7 +14,7 @@ from typing import Any
 import click
 import msgspec
 
-from runtime.cli.app import (
+from runtime.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
     App,

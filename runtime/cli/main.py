@@ -17,8 +17,8 @@ from typing import Any
 
 import click
 
-from runtime.cli.app import EXIT_USAGE, App, fail, guarded, run_async
 from runtime.cli.commands import ENGINE_COMMANDS
+from runtime.cli.common import EXIT_USAGE, App, fail, guarded, run_async
 from runtime.cli.options import WorkerOptions, env_option, worker_config, worker_flags
 from runtime.errors import ConfigurationError, one_line
 from runtime.plugin import DEFAULT_PIPELINE, Plugin, load_plugin

@@ -8,7 +8,7 @@ from typing import Any
 
 import uvicorn
 
-from stages.serve.app import build_app
+from stages.serve.asgi import build_app
 from stages.serve.context import ServeContext
 
 #: Seconds uvicorn waits for responses in flight when asked to stop.

@@ -27,7 +27,7 @@ import schema
 from bench.harness.cli import Cli, Result
 from bench.harness.db import Databases, sql
 from bench.harness.procs import REPO, wait_for
-from runtime.cli.app import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from runtime.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from tests.support.pdfs import write_encrypted_pdf, write_textless_pdf, write_truncated_pdf
 
 SAMPLES = REPO / "samples"

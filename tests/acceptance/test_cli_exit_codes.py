@@ -15,7 +15,7 @@ import pytest
 from bench.harness.cli import Cli
 from bench.harness.db import Databases, sql
 from bench.harness.procs import wait_for
-from runtime.cli.app import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from runtime.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from tests.support.tcp_proxy import TcpProxy
 
 

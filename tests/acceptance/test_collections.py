@@ -6,7 +6,6 @@ Cohere-compatible server."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,21 +13,14 @@ import pytest
 from bench.harness.cli import Cli
 from bench.harness.db import sql
 from bench.harness.procs import REPO
-from runtime.cli.app import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from tests.support.pipeline_env import FAKE_DIMS, TimedCohere, cohere_env
+from runtime.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 SAMPLES = REPO / "samples"
 
 
 @pytest.fixture
-def fake_cohere() -> Iterator[TimedCohere]:
-    with TimedCohere(dims=FAKE_DIMS) as server:
-        yield server
-
-
-@pytest.fixture
-def cli(dsn: str, tmp_path: Path, fake_cohere: TimedCohere) -> Iterator[Cli]:
-    yield Cli(dsn, tmp_path / "data", tmp_path / "logs", **cohere_env(fake_cohere))
+def cli(cohere_cli: Cli) -> Cli:
+    return cohere_cli
 
 
 def ids_by_collection(dsn: str) -> dict[str, dict[str, str]]:

@@ -19,7 +19,7 @@ import pytest
 from bench.harness.cli import Cli
 from bench.harness.db import sql, try_sql
 from bench.harness.procs import wait_for
-from runtime.cli.app import EXIT_FAILED, EXIT_OK
+from runtime.cli.common import EXIT_FAILED, EXIT_OK
 from runtime.db.embedded import EmbeddedPostgres
 from tests.support.embedded_helpers import postmaster_pid
 

@@ -29,7 +29,7 @@ import pytest
 from bench.harness.cli import Cli
 from bench.harness.db import sql
 from bench.harness.procs import REPO, wait_for
-from runtime.cli.app import EXIT_OK
+from runtime.cli.common import EXIT_OK
 from tests.support.pipeline_env import FAKE_DIMS, TimedCohere, cohere_env, long_pdf
 
 SAMPLES = REPO / "samples"

@@ -9,7 +9,7 @@ from pathlib import Path
 from bench.harness.cli import Cli
 from bench.harness.procs import wait_for
 from bench.harness.serve import free_port
-from runtime.cli.app import EXIT_OK
+from runtime.cli.common import EXIT_OK
 
 
 def listening_on(port: int) -> list[str]:

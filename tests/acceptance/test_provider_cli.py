@@ -8,7 +8,7 @@ from pathlib import Path
 from bench.harness.cli import Cli
 from bench.harness.db import sql
 from bench.harness.fleet import submit_jobs
-from runtime.cli.app import EXIT_OK, EXIT_USAGE
+from runtime.cli.common import EXIT_OK, EXIT_USAGE
 
 PROVIDER = "cohere/embed-v4.0"
 WAITING = re.compile(

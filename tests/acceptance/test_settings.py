@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from bench.harness.cli import Cli
 from bench.harness.db import sql
 from bench.harness.procs import REPO
-from runtime.cli.app import EXIT_USAGE
+from runtime.cli.common import EXIT_USAGE
 from runtime.cli.main import main
 from runtime.settings import ENGINE_SETTINGS, Setting
 from stages.settings import PIPELINE_SETTINGS

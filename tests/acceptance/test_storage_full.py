@@ -24,7 +24,7 @@ import pytest
 from bench.harness.cli import Cli, Result, Running
 from bench.harness.db import Databases, sql
 from bench.harness.procs import wait_for
-from runtime.cli.app import EXIT_OK
+from runtime.cli.common import EXIT_OK
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 

@@ -23,7 +23,7 @@ import pytest
 
 from bench.harness.cli import Cli
 from bench.harness.procs import REPO
-from runtime.cli.app import EXIT_FAILED, EXIT_OK
+from runtime.cli.common import EXIT_FAILED, EXIT_OK
 from runtime.db.connect import open_pool
 from runtime.jobs.documents import DocumentRepository
 from stages.actions.submit import submit

@@ -11,7 +11,6 @@ import asyncio
 import io
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +23,11 @@ from bench.harness.cli import Cli, Result
 from bench.harness.db import sql
 from bench.harness.fake_cohere import FakeCohere
 from bench.harness.procs import wait_for
-from runtime.cli.app import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from runtime.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from stages.services import Services
 from tests.made_formats import MAKERS, TOPICS
 from tests.support.pdfs import pymupdf
-from tests.support.pipeline_env import FAKE_DIMS, cohere_env
+from tests.support.pipeline_env import cohere_env
 from tests.support.s3 import S3Server
 
 QUIET = "--no-progress"
@@ -136,16 +135,13 @@ def jobs_of(dsn: str, doc_id: str) -> int:
 
 
 @pytest.fixture
-def cohere() -> Iterator[FakeCohere]:
-    with FakeCohere(dims=FAKE_DIMS) as server:
-        yield server
+def cohere(fake_cohere: FakeCohere) -> FakeCohere:
+    return fake_cohere
 
 
 @pytest.fixture
-def cli(dsn: str, tmp_path: Path, cohere: FakeCohere) -> Cli:
-    """The CLI on this test's database, its data dir under ``tmp_path``, embedding with
-    ``cohere``."""
-    return Cli(dsn, tmp_path / "data", tmp_path / "logs", **cohere_env(cohere))
+def cli(cohere_cli: Cli) -> Cli:
+    return cohere_cli
 
 
 def synced(cli: Cli, source: str, *args: str) -> Result:

@@ -26,32 +26,14 @@ from stages.ports.vector_index import (
     vector_collection_name,
 )
 from tests.support.parity import parity_problems, port_members
+from tests.support.vectors import DIM, points, unit, vec
 
 pytestmark = pytest.mark.anyio
 
-DIM = 8
 COLLECTION = vector_collection_name("test-model", DIM)
 OLD = vector_collection_name("model-a", DIM)
 NEW = vector_collection_name("model-b", DIM)
 IMPLEMENTATIONS = (EdgeIndex, QdrantIndex)
-
-
-def unit(i: int, dim: int = DIM) -> list[float]:
-    """A vector pointing mostly along axis ``i``, a little along the next one."""
-    vec = [0.0] * dim
-    vec[i % dim] = 1.0
-    vec[(i + 1) % dim] = 0.1
-    return vec
-
-
-def points(doc: uuid.UUID, generation: int, count: int, start: int = 0) -> list[Point]:
-    return [new_point(doc, n, generation, unit(n), {"ordinal": n}) for n in range(start, count)]
-
-
-def vec(i: int) -> list[float]:
-    v = [0.05] * DIM
-    v[i % DIM] = 1.0
-    return v
 
 
 async def put(index: VectorIndex, collection: str, tenant: str | None, n: int) -> uuid.UUID:

@@ -36,7 +36,7 @@ def test_parse_and_submit_load_no_client_library() -> None:
 
 def test_the_server_loads_neither_pymupdf_nor_a_client_library() -> None:
     # Why the server once had its own ServeServices: Services pulled in PyMuPDF.
-    loaded = loaded_after("stages.services, stages.serve.app")
+    loaded = loaded_after("stages.services, stages.serve.asgi")
     assert "litestar" in loaded
     assert loaded.isdisjoint({"pymupdf", "fitz", *CLIENT_LIBRARIES})
 

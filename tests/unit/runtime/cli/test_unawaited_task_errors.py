@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from runtime.cli.app import run_async
+from runtime.cli.common import run_async
 
 
 def orphan(exc: BaseException) -> None:

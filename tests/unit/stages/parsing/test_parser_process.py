@@ -206,7 +206,7 @@ def test_the_parser_starts_without_the_worker_and_its_database_driver() -> None:
     the errors, does not load the worker, asyncpg or the CLI (0.1-0.2 s of its start)."""
     code = (
         "import sys, stages.parsing.child; "
-        "print(sorted(m for m in ('runtime.worker.worker', 'asyncpg', 'runtime.cli.app') "
+        "print(sorted(m for m in ('runtime.worker.worker', 'asyncpg', 'runtime.cli.common') "
         "if m in sys.modules))"
     )
     out = subprocess.run(
