@@ -77,8 +77,7 @@ PIPELINE_SETTINGS: tuple[Setting, ...] = (
         name="RAGLINE_API_TOKENS",
         accepts="comma-separated bearer tokens, none of them empty",
         check=lambda raw: all(t.strip() for t in raw.split(",")),
-        empty_ok=True,
-        bad_examples=(",", "a,,b"),
+        bad_examples=("", ",", "a,,b"),
     ),
     Setting.number("RAGLINE_MAX_UPLOAD_MB", int, minimum=1, maximum=1_048_576, unit="megabytes"),
     Setting(
@@ -90,6 +89,12 @@ PIPELINE_SETTINGS: tuple[Setting, ...] = (
         ),
         empty_ok=True,
         bad_examples=("app.example.com",),
+    ),
+    Setting(
+        name="RAGLINE_ALLOWED_HOSTS",
+        accepts="comma-separated host names such as ragline.example.com, or *",
+        check=lambda raw: all(h.strip() and "/" not in h for h in raw.split(",")),
+        bad_examples=("", "https://example.com", "a,,b"),
     ),
     Setting.seconds("RAGLINE_SSE_HEARTBEAT_S"),
     Setting.seconds("RAGLINE_SYNC_POLL_S"),

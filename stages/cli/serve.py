@@ -34,6 +34,13 @@ from stages.serve.config import (
     help="Comma-separated origins allowed by CORS (empty: CORS off).",
 )
 @env_option(
+    "--allowed-hosts",
+    envvar="RAGLINE_ALLOWED_HOSTS",
+    default="",
+    help="Comma-separated host names the server answers (Host header; * for any). "
+    "Default: the bound address, and localhost names on a loopback address.",
+)
+@env_option(
     "--sse-heartbeat",
     "sse_heartbeat_s",
     envvar="RAGLINE_SSE_HEARTBEAT_S",
@@ -43,13 +50,21 @@ from stages.serve.config import (
 )
 @click.pass_obj
 def serve(
-    app: App, host: str, port: int, max_upload_mb: int, cors_origins: str, sse_heartbeat_s: float
+    app: App,
+    host: str,
+    port: int,
+    max_upload_mb: int,
+    cors_origins: str,
+    allowed_hosts: str,
+    sse_heartbeat_s: float,
 ) -> None:
     """Serve the HTTP API (/v1), live events and the web view (/).
 
     Uploads are stored and queued; workers (`ragline` with no command) process them in
     their own processes. Tokens come from RAGLINE_API_TOKENS (comma-separated; never a
     flag, so they stay out of `ps`). Without tokens it binds only to a loopback address.
+    It answers only the hosts it serves, and a browser may write only from its own pages
+    (Origin checked, CSRF token): see docs/serve.md, "Security".
     """
     import os
 
@@ -60,6 +75,7 @@ def serve(
             tokens=parse_tokens(os.environ.get("RAGLINE_API_TOKENS")),
             max_upload_mb=max_upload_mb,
             cors_origins=parse_tokens(cors_origins),
+            allowed_hosts=parse_tokens(allowed_hosts),
             sse_heartbeat_s=sse_heartbeat_s,
             upload_dir=Path(app.data_dir) / "uploads",
         )

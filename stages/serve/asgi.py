@@ -21,6 +21,7 @@ from stages.serve import ops, web
 from stages.serve import sse as events
 from stages.serve.auth import TokenAuth
 from stages.serve.context import ServeContext
+from stages.serve.guard import RequestGuard, allowed_hosts
 from stages.serve.problems import on_http_error, on_unexpected
 
 STATIC = Path(__file__).parent / "static"
@@ -58,7 +59,15 @@ def build_app(ctx: ServeContext) -> Litestar:
         ],
         lifespan=[lifespan],
         state=None,
-        middleware=[DefineMiddleware(TokenAuth, tokens=ctx.config.tokens)],
+        middleware=[
+            DefineMiddleware(
+                RequestGuard,
+                hosts=allowed_hosts(ctx.config.host, ctx.config.allowed_hosts),
+                trusted_origins=ctx.config.cors_origins,
+                secret=ctx.csrf,
+            ),
+            DefineMiddleware(TokenAuth, tokens=ctx.config.tokens),
+        ],
         exception_handlers={HTTPException: on_http_error, Exception: on_unexpected},
         openapi_config=OpenAPIConfig(
             title="ragline",

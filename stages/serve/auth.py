@@ -44,16 +44,20 @@ def presented_token(scope: Scope) -> str | None:
     scheme, _, value = auth.partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip()
-    cookie = headers.get(b"cookie")
-    if cookie:
-        jar: SimpleCookie = SimpleCookie()
-        try:
-            jar.load(cookie.decode("latin-1"))
-        except Exception:  # a malformed cookie header is just no token
-            return None
-        if COOKIE in jar:
-            return jar[COOKIE].value
-    return None
+    raw = headers.get(b"cookie")
+    return presented_cookie(raw.decode("latin-1") if raw else None)
+
+
+def presented_cookie(header: str | None) -> str | None:
+    """The web view's token cookie in a ``Cookie`` header, if there is one."""
+    if not header:
+        return None
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(header)
+    except Exception:  # a malformed cookie header is just no token
+        return None
+    return jar[COOKIE].value if COOKIE in jar else None
 
 
 class TokenAuth:

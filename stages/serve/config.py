@@ -25,8 +25,11 @@ class ServeConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: Bearer tokens accepted; empty: no authentication (only allowed on localhost).
     tokens: tuple[str, ...] = ()
     max_upload_mb: int = DEFAULT_MAX_UPLOAD_MB
-    #: Origins allowed by CORS; empty: CORS off.
+    #: Origins allowed by CORS (and trusted to write); empty: CORS off.
     cors_origins: tuple[str, ...] = ()
+    #: Host names the server answers (``Host`` header); empty: the bound address and, on a
+    #: loopback address, the loopback names; ``*``: any.
+    allowed_hosts: tuple[str, ...] = ()
     sse_heartbeat_s: float = DEFAULT_SSE_HEARTBEAT_S
     #: Where uploads are spooled while they stream in (deleted once stored).
     upload_dir: Path = Path(".ragline/uploads")

@@ -10,6 +10,7 @@ import msgspec
 
 from runtime.api import EventHub
 from stages.serve.config import ServeConfig
+from stages.serve.guard import CsrfSecret
 from stages.serve.problems import problem
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ class ServeContext:
         self.dsn = dsn
         self.services = services
         self.stage_names = stage_names
+        #: What this process's CSRF tokens are made with (:mod:`stages.serve.guard`).
+        self.csrf = CsrfSecret()
         #: Set by :meth:`attach` when the server starts.
         self._attached: tuple[asyncpg.Pool[Any], EventHub] | None = None
 

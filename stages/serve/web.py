@@ -22,13 +22,19 @@ from litestar.response import Redirect
 from runtime.api import ProviderState
 from stages.parsing.formats import FORMATS, SUFFIXES
 from stages.serve import http_api as api
-from stages.serve.auth import COOKIE, token_ok
+from stages.serve.auth import COOKIE, presented_cookie, token_ok
 from stages.serve.context import ServeContext, document_id
 
 HTML = "text/html; charset=utf-8"
 
 
-def page(title: str, body: str, *, active: str = "") -> Response[str]:
+def csrf_of(request: Request[Any, Any, Any]) -> str:
+    """The CSRF token the page's scripts send with each write (:mod:`stages.serve.guard`)."""
+    ctx: ServeContext = request.app.state.ctx
+    return ctx.csrf.token(presented_cookie(request.headers.get("cookie")))
+
+
+def page(title: str, body: str, *, csrf: str = "", active: str = "") -> Response[str]:
     nav = "".join(
         f'<a href="{href}"{" class=active" if name == active else ""}>{name}</a>'
         for name, href in (("documents", "/"), ("stages", "/stages"), ("search", "/search"))
@@ -36,6 +42,7 @@ def page(title: str, body: str, *, active: str = "") -> Response[str]:
     html = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="csrf-token" content="{escape(csrf)}">
 <title>{escape(title)} · ragline</title>
 <link rel="stylesheet" href="/static/style.css">
 <script src="/static/app.js" defer></script>
@@ -71,7 +78,11 @@ def _select(name: str, options: tuple[str, ...], chosen: str | None) -> str:
 
 @get("/", include_in_schema=False)
 async def documents_page(
-    state: State, status: str | None = None, stage: str | None = None, cursor: str | None = None
+    request: Request[Any, Any, Any],
+    state: State,
+    status: str | None = None,
+    stage: str | None = None,
+    cursor: str | None = None,
 ) -> Response[str]:
     ctx: ServeContext = state.ctx
     listing = await api.query_documents(ctx, status or None, stage or None, 100, cursor or None)
@@ -89,7 +100,7 @@ async def documents_page(
 <table id="documents" data-status="{_cell(status)}" data-stage="{_cell(stage)}">
 <thead><tr><th>file</th><th>status</th><th>stage</th><th>error</th><th>updated</th></tr></thead>
 <tbody>{rows}</tbody></table>{more}"""
-    return page("documents", body, active="documents")
+    return page("documents", body, csrf=csrf_of(request), active="documents")
 
 
 def job_rows(detail: api.DocumentDetail) -> str:
@@ -112,7 +123,7 @@ def stage_choice(ctx: ServeContext) -> str:
 
 
 @get("/documents/{doc:str}", include_in_schema=False)
-async def document_page(state: State, doc: str) -> Response[str]:
+async def document_page(request: Request[Any, Any, Any], state: State, doc: str) -> Response[str]:
     ctx: ServeContext = state.ctx
     d = await api.document_detail(ctx, document_id(doc))
     c = d.counts
@@ -135,7 +146,7 @@ async def document_page(state: State, doc: str) -> Response[str]:
 <h2>timeline</h2><table id="jobs"><thead><tr><th>stage</th><th>gen</th><th>state</th>
 <th>attempts</th><th>took</th><th>kind</th><th>last error</th></tr></thead>
 <tbody>{job_rows(d)}</tbody></table></section>"""
-    return page(d.filename, body)
+    return page(d.filename, body, csrf=csrf_of(request))
 
 
 def provider_cell(providers: list[ProviderState]) -> str:
@@ -159,14 +170,14 @@ def stage_rows(rows: list[api.StageOut]) -> str:
 
 
 @get("/stages", include_in_schema=False)
-async def stages_page(state: State) -> Response[str]:
+async def stages_page(request: Request[Any, Any, Any], state: State) -> Response[str]:
     rows = await api.stages_overview(state.ctx)
     body = f"""<table id="stages"><thead><tr><th>stage</th><th>queued</th><th>backing off</th>
 <th>running</th><th>failed</th><th>oldest queued</th><th>live workers</th><th>provider</th>
 </tr></thead><tbody>{stage_rows(rows)}</tbody></table>
 <p class="note">a provider's circuit opens after repeated transient failures; its stages
 wait queued until a probe succeeds.</p>"""
-    return page("stages", body, active="stages")
+    return page("stages", body, csrf=csrf_of(request), active="stages")
 
 
 def hit_rows(hits: list[dict[str, Any]]) -> str:
@@ -186,7 +197,9 @@ def hit_rows(hits: list[dict[str, Any]]) -> str:
 
 
 @get("/search", include_in_schema=False)
-async def search_page(state: State, q: str = "", k: int = 10) -> Response[str]:
+async def search_page(
+    request: Request[Any, Any, Any], state: State, q: str = "", k: int = 10
+) -> Response[str]:
     results = ""
     if q.strip():
         hits = await api.run_search(state.ctx, q, max(1, min(k, api.MAX_K)))
@@ -194,7 +207,7 @@ async def search_page(state: State, q: str = "", k: int = 10) -> Response[str]:
     body = f"""<form class="bar" method="get" action="/search"><input type="search" name="q"
  id="q" value="{escape(q)}" placeholder="ask something"><button type="submit">search</button>
 </form>{results}"""
-    return page("search", body, active="search")
+    return page("search", body, csrf=csrf_of(request), active="search")
 
 
 @get("/login", include_in_schema=False)

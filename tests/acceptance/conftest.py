@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bench.harness.cli import Cli
+from tests.support.browser import chromium
 from tests.support.pipeline_env import FAKE_DIMS, TimedCohere, cohere_env
 
 
@@ -22,3 +24,9 @@ def cohere_cli(dsn: str, tmp_path: Path, fake_cohere: TimedCohere) -> Cli:
     """``python -m runtime`` on this test's database and data dir, embedding with the
     local Cohere-compatible server (no model to load, no OCR)."""
     return Cli(dsn, tmp_path / "data", tmp_path / "logs", **cohere_env(fake_cohere))
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator[Any]:
+    """Headless Chromium (the tests that use it are marked ``needs_chromium``)."""
+    yield from chromium()

@@ -141,7 +141,8 @@ def test_bad_uploads_answer_4xx_and_store_nothing(
     # A 2 GB upload is refused from its Content-Length, before any byte of it is read.
     answer = raw_request(
         server,
-        "POST /v1/documents HTTP/1.1\nHost: x\nConnection: close\nContent-Length: 2147483648\n"
+        "POST /v1/documents HTTP/1.1\nHost: 127.0.0.1\nConnection: close\n"
+        "Content-Length: 2147483648\n"
         "Content-Type: application/pdf\n",
         b"%PDF-1.4\n",
     )
@@ -162,7 +163,7 @@ def test_bad_uploads_answer_4xx_and_store_nothing(
 def test_client_disconnecting_mid_upload_leaves_nothing(server: Server, cli: Cli) -> None:
     before, files = document_count(cli), stored_files(cli)
     head = (
-        "POST /v1/documents HTTP/1.1\nHost: x\nContent-Length: 4000000\n"
+        "POST /v1/documents HTTP/1.1\nHost: 127.0.0.1\nContent-Length: 4000000\n"
         'Content-Disposition: attachment; filename="half.pdf"\n'
     )
     raw_request(server, head, b"%PDF-1.4\n" + b"x" * 1_000_000, close_early=True)
@@ -316,7 +317,9 @@ def test_ready_document_counts_search_reprocess_delete(
     assert r.status_code == 202 and r.json()["reprocessing"][0]["generation"] == 2
     is_problem(http.post("/v1/reprocess", json={"from": "index"}), 400, "one of")
     is_problem(http.post("/v1/reprocess", json={"from": "nope", "all": True}), 400, "'from'")
-    is_problem(http.post("/v1/reprocess", content=b"{not json"), 400, "")
+    as_json = {"Content-Type": "application/json"}
+    is_problem(http.post("/v1/reprocess", content=b"{not json", headers=as_json), 400, "")
+    is_problem(http.post("/v1/reprocess", content=b"{not json"), 415, "application/json")
 
     files_before = len(stored_files(cli))
     assert http.delete(f"/v1/documents/{light['id']}").status_code == 204

@@ -7,8 +7,6 @@ retry a failed document, search. Screenshots go to ``tests/artifacts/``.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,15 +16,10 @@ import pytest
 from bench.harness.cli import Cli, Running
 from bench.harness.db import Databases
 from bench.harness.serve import Server, running_server
+from tests.support.browser import needs_chromium
 from tests.support.pdfs import write_truncated_pdf
 
-CHROMIUM = shutil.which("chromium")
-DRIVER = shutil.which("chromedriver")
-pytestmark = pytest.mark.skipif(
-    not (CHROMIUM and DRIVER),
-    reason="headless browser tests need Debian's chromium and chromium-driver "
-    "(apt-get install chromium chromium-driver)",
-)
+pytestmark = needs_chromium
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "tests" / "artifacts"
@@ -50,36 +43,6 @@ def stack(databases: Databases, tmp_path_factory: pytest.TempPathFactory) -> Ite
         if worker is not None:
             worker.kill()
         databases.drop(name)
-
-
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    profile = tempfile.mkdtemp(prefix="ragline-chromium-")
-    for arg in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        "--window-size=1280,900",
-        f"--user-data-dir={profile}",
-    ):
-        options.add_argument(arg)
-    browser = webdriver.Chrome(service=Service(str(DRIVER)), options=options)
-    try:
-        yield browser
-    finally:
-        browser.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def shot(driver: Any, name: str) -> None:

@@ -93,6 +93,12 @@ function listen() {
   source.addEventListener("reset", () => window.location.reload());
 }
 
+// Every write carries the page's CSRF token (the server refuses a browser's write without it).
+function csrfHeaders() {
+  const meta = document.querySelector('meta[name="csrf-token"]');
+  return { "X-CSRF-Token": meta ? meta.content : "" };
+}
+
 async function upload(form) {
   const files = document.getElementById("upload-file").files;
   if (!files.length) {
@@ -102,7 +108,8 @@ async function upload(form) {
   for (const file of files) {
     const data = new FormData();
     data.append("file", file, file.name);
-    const response = await fetch("/v1/documents", { method: "POST", body: data });
+    const response = await fetch("/v1/documents", {
+      method: "POST", body: data, headers: csrfHeaders() });
     if (!response.ok) {
       say(file.name + ": " + (await problemText(response)), true);
       return;
@@ -114,7 +121,7 @@ async function upload(form) {
 }
 
 async function act(method, url, payload, done) {
-  const init = { method: method, headers: {} };
+  const init = { method: method, headers: csrfHeaders() };
   if (payload) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(payload);
