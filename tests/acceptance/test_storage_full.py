@@ -148,3 +148,22 @@ def test_submit_into_a_full_asset_store(dsn: str, tmp_path: Path) -> None:
         left = [p.name for p in assets.rglob("*") if p.is_file() and p.name != "filler"]
         assert left == [], left  # the unfinished write was removed
     assert sql(dsn, "SELECT count(*) FROM documents")[0][0] == 0
+
+
+def test_vector_index_disk_full(dsn: str, tmp_path: Path) -> None:
+    """qdrant-edge writes through sparse memory mappings: on a full disk that write was
+    SIGBUS, which killed the worker and cost its jobs an attempt. Now the index job waits
+    for space like any other storage-full job."""
+    cli = Cli(dsn, tmp_path / "data", tmp_path / "logs")
+    with tmpfs(tmp_path / "data" / "qdrant", "400m") as index:
+        first = cli.run("ingest", "samples/sourdough.pdf")
+        assert first.code == EXIT_OK, first
+        filler = fill(index)
+        rest = [f"samples/{n}" for n in ("lighthouses.pdf", "rust-borrow-checker.pdf", "tides.md")]
+        assert cli.run("submit", *rest).code == EXIT_OK
+        worker = cli.start("--exit-when-idle", log_level="info", RAGLINE_RETRY_BASE_S="0.2")
+        result = free_space_once_full(dsn, worker, filler, "an index job handed back, disk full")
+    assert result.code == EXIT_OK, result
+    assert "Traceback" not in result.err
+    assert "the embedded vector index needs" in result.err, result
+    nothing_lost(dsn)

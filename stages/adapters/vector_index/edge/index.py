@@ -21,7 +21,15 @@ import anyio
 import anyio.to_thread
 import qdrant_edge as qe
 
-from runtime.api import MissingInput, PermanentError, Snooze, TransientError, one_line
+from runtime.api import (
+    MissingInput,
+    PermanentError,
+    Snooze,
+    StorageFull,
+    TransientError,
+    is_storage_full,
+    one_line,
+)
 from stages.adapters.vector_index.edge.points import edge_points, payload_of
 from stages.adapters.vector_index.edge.session import EdgeIndexConfig, Session, Sessions
 from stages.adapters.vector_index.edge.shard import check_edge_dimensions, ensure_shard
@@ -77,6 +85,8 @@ def _tenant_filter(tenant: str | None, document_id: uuid.UUID | None = None) -> 
 
 def _edge_failure(exc: Exception, what: str) -> Exception:
     message = one_line(f"embedded vector index {what}: {exc}")
+    if is_storage_full(exc):
+        return StorageFull(message)
     # WouldBlock: something outside ragline's lock holds the shard open; it may let go.
     if isinstance(exc, OSError) or "WouldBlock" in str(exc):
         return TransientError(message)
@@ -285,7 +295,7 @@ class EdgeIndex:
                 # so a cancelled caller waits for the operation to finish.
                 run = functools.partial(self._sessions.run, vector_collection, fn, batch=batch)
                 return await anyio.to_thread.run_sync(run)
-            except (MissingInput, ValueError, PermanentError, Snooze):
+            except (MissingInput, ValueError, PermanentError, Snooze, StorageFull):
                 raise
             except Exception as exc:  # qdrant-edge raises bare Exception
                 raise _edge_failure(exc, f"{what} {vector_collection}") from exc

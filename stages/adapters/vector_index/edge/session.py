@@ -25,6 +25,7 @@ import msgspec
 import qdrant_edge as qe
 
 from runtime.api import ConfigurationError
+from stages.adapters.vector_index.edge.space import ensure_room
 from stages.ports.vector_index import (
     DEFAULT_BATCH,
     missing_vector_collection,
@@ -171,6 +172,7 @@ class Session:
 
     def write(self, vector_collection: str, operations: Iterable[qe.UpdateOperation]) -> None:
         shard = self.require(vector_collection)
+        ensure_room(self.path)  # a write into a sparse mapping on a full disk is SIGBUS
         for operation in operations:
             self.dirty = True  # set first: a failed update may still have reached the WAL
             shard.update(operation)

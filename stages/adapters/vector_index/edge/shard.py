@@ -19,6 +19,7 @@ from pathlib import Path
 import qdrant_edge as qe
 
 from runtime.api import PermanentError
+from stages.adapters.vector_index.edge.space import ensure_room
 from stages.ports.vector_index import COLLECTION_FIELD, DOCUMENT_FIELD
 
 __all__ = ["SEARCH_THREADS", "check_edge_dimensions", "ensure_shard"]
@@ -31,6 +32,7 @@ def ensure_shard(path: Path, dimensions: int) -> None:
     if path.is_dir():
         check_edge_dimensions(path, path.name, dimensions)
     else:
+        ensure_room(path)  # creating one writes its files through mappings too
         _create_shard(path, dimensions)
 
 
