@@ -164,10 +164,14 @@ def _is_spec(raw: str) -> bool:
 
 
 def _is_concurrency(raw: str) -> bool:
-    """``N`` or ``stage=N,...`` with every N in 1..MAX_CONCURRENCY (stage names are
-    checked against the pipeline later)."""
-    parts = [raw] if "=" not in raw else [p.partition("=")[2] for p in raw.split(",")]
-    return all(1 <= int(p) <= MAX_CONCURRENCY for p in parts)
+    """``N`` or ``stage=N,...`` with every N in 1..MAX_CONCURRENCY and no stage named
+    twice (stage names are checked against the pipeline later)."""
+    if "=" not in raw:
+        return 1 <= int(raw) <= MAX_CONCURRENCY
+    pairs = [p.partition("=") for p in raw.split(",")]
+    names = [name.strip() for name, _, _ in pairs]
+    unique = len(set(names)) == len(names)
+    return unique and all(1 <= int(n) <= MAX_CONCURRENCY for _, _, n in pairs)
 
 
 def _is_port(raw: str) -> bool:
@@ -220,10 +224,10 @@ ENGINE_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="RAGLINE_CONCURRENCY",
-        accepts=f"N or stage=N,... with N from 1 to {MAX_CONCURRENCY}",
+        accepts=f"N or stage=N,... (each stage once) with N from 1 to {MAX_CONCURRENCY}",
         check=_is_concurrency,
         option="concurrency",
-        bad_examples=("many", "0", "-3", "99999999", "parse=0", "parse=x"),
+        bad_examples=("many", "0", "-3", "99999999", "parse=0", "parse=x", "parse=2,parse=5"),
     ),
     Setting.seconds("RAGLINE_LEASE_S", option="lease_s"),
     Setting.seconds(

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import sys
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import msgspec
@@ -17,14 +18,18 @@ import msgspec
 from runtime.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_USAGE,
     App,
     emit,
+    fail,
     guarded,
     json_option,
     parse_ids,
     run_async,
 )
 from runtime.db.connect import ensure_schema, open_pool
+from runtime.db.errors import is_storage_full
+from runtime.errors import DatabaseUnavailable
 from runtime.jobs.documents import DocumentRepository
 from runtime.jobs.postgres import JobRepository, Pool
 from runtime.jobs.status import StageStatus, failures, overview, provider_waits, queue_position
@@ -34,6 +39,31 @@ from runtime.providers.specs import ProviderState, provider_states
 
 #: A worker counts as live if seen within this many seconds (it heartbeats far more often).
 LIVE_WORKER_S = 120.0
+
+T = TypeVar("T")
+
+
+def read_database(app: App, body: Callable[[str], T]) -> T:
+    """``body(dsn)`` for a command that only reads (status, failures).
+
+    On the embedded defaults a command registers as a user of the cluster with a file
+    under the data dir; when that disk is full (exactly when one wants ``status``) the
+    command reads the cluster as it runs, unregistered, and says so in one line.
+    """
+    try:
+        return app.with_database(body)
+    except OSError as exc:
+        if app.database_url or not is_storage_full(exc):
+            raise
+        full = f"no space left under {app.data_dir} ({exc.strerror or exc})"
+    from runtime.db.embedded import EmbeddedPostgres
+
+    try:
+        result = body(EmbeddedPostgres(app.data_dir).dsn)
+    except DatabaseUnavailable as exc:
+        raise DatabaseUnavailable(f"{full}, and the embedded PostgreSQL: {exc}") from exc
+    click.echo(f"ragline: {full}: read the embedded PostgreSQL unregistered", err=True)
+    return result
 
 
 async def stage_table(pool: Pool, stages: tuple[str, ...]) -> list[StageStatus]:
@@ -159,7 +189,7 @@ def status(app: App, document: str | None, as_json: bool) -> None:
                 found.notes = notes
             return found, notes
 
-    result, notes = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    result, notes = guarded(lambda: read_database(app, lambda dsn: run_async(go, dsn)))
     if doc_id is not None and result is None:
         for note in notes:  # e.g. a tombstone: deleted from its source
             click.echo(note)
@@ -186,12 +216,15 @@ def failures_cmd(
     app: App, stage: str | None, error_kind: str | None, limit: int, as_json: bool
 ) -> None:
     """Failed documents: stage, kind and the one-line reason."""
+    if stage is not None and stage not in app.plugin.stage_names:
+        known = ", ".join(app.plugin.stage_names)
+        fail(f"--stage {stage}: no such stage; expected one of {known}", EXIT_USAGE)
 
     async def go(dsn: str) -> Any:
         async with open_pool(dsn) as pool:
             return await failures(pool, stage, error_kind, limit), await provider_states(pool)
 
-    rows, providers = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    rows, providers = guarded(lambda: read_database(app, lambda dsn: run_async(go, dsn)))
     if as_json:
         emit(rows)
         return

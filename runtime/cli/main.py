@@ -121,7 +121,8 @@ class PipelineGroup(click.Group):
 @worker_flags
 @click.pass_context
 def main(ctx: click.Context, /, **opts: Any) -> None:
-    """ragline: PDFs to a vector index through leased, checkpointed stages on PostgreSQL.
+    """ragline: documents (PDF, EPUB, XPS, DOCX, HTML, Markdown, text, scans, ...) to a
+    searchable index, through leased, checkpointed stages on PostgreSQL.
 
     Without a command, runs stage workers (all stages, or --stages) until SIGTERM/SIGINT.
     """

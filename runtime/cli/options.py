@@ -72,26 +72,46 @@ def parse_concurrency(
     result = {s: defaults.get(s, 1) for s in stages}
     if not value:
         return result
+    if "=" not in value:
+        return _concurrency_values(dict.fromkeys(stages, _count(value, value)))
+    given: set[str] = set()
+    for part in value.split(","):
+        name, _, n = part.partition("=")
+        _check_concurrency_stage(name.strip(), stages, given)
+        result[name.strip()] = _count(n, value)
+    return _concurrency_values(result)
+
+
+def _count(text: str, value: str) -> int:
     try:
-        if "=" not in value:
-            return dict.fromkeys(stages, int(value))
-        for part in value.split(","):
-            name, _, n = part.partition("=")
-            if name.strip() not in stages:
-                raise ConfigurationError(
-                    f"RAGLINE_CONCURRENCY / --concurrency: stage {name.strip()!r} is not "
-                    f"among the stages served ({', '.join(stages)})"
-                )
-            result[name.strip()] = int(n)
-    except ValueError as exc:
+        return int(text)
+    except ValueError:
         raise ConfigurationError(
             f"RAGLINE_CONCURRENCY / --concurrency: expected N or stage=N,... got {value!r}"
-        ) from exc
+        ) from None
+
+
+def _concurrency_values(result: dict[str, int]) -> dict[str, int]:
     if any(not 1 <= n <= MAX_CONCURRENCY for n in result.values()):
         raise ConfigurationError(
             f"RAGLINE_CONCURRENCY / --concurrency: each N must be from 1 to {MAX_CONCURRENCY}"
         )
     return result
+
+
+def _check_concurrency_stage(name: str, stages: tuple[str, ...], given: set[str]) -> None:
+    """A ``stage=N`` part names a stage served, once (``parse=2,parse=5`` is a mistake
+    either way)."""
+    if name not in stages:
+        raise ConfigurationError(
+            f"RAGLINE_CONCURRENCY / --concurrency: stage {name!r} is not "
+            f"among the stages served ({', '.join(stages)})"
+        )
+    if name in given:
+        raise ConfigurationError(
+            f"RAGLINE_CONCURRENCY / --concurrency: stage {name!r} more than once"
+        )
+    given.add(name)
 
 
 def parse_duration_s(value: str | float, name: str) -> float:

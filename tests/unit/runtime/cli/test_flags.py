@@ -74,6 +74,14 @@ def test_stage_and_concurrency_flags() -> None:
             parse_concurrency(bad, ("parse", "embed"), defaults)
 
 
+def test_a_stage_named_twice_in_concurrency_is_refused() -> None:
+    """``parse=2,parse=5`` is a mistake either way: refused, naming the stage."""
+    with pytest.raises(ConfigurationError, match="'parse' more than once"):
+        parse_concurrency("parse=2,embed=1,parse=5", ("parse", "embed"), {})
+    with pytest.raises(ConfigurationError, match="more than once"):
+        parse_concurrency("embed=2, embed=2", ("parse", "embed"), {})
+
+
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [("90s", 90.0), ("30m", 1800.0), ("24h", 86400.0), ("2d", 172800.0), ("3600", 3600.0)],
