@@ -63,7 +63,7 @@ async def sync_in_process(dsn: str, folder: Path, data_dir: Path) -> tuple[float
         started = time.perf_counter()
         source = await sources.ensure_source(pool, scanner.uri, "default")
         async with sources.source_lock(pool, source.id):
-            todo = await plan(pool, scanner, source.id)
+            todo = await plan(pool, scanner, source, source.collection)
             await apply(pool, services, scanner, source, todo)
         return time.perf_counter() - started, todo
 

@@ -7,6 +7,7 @@ one is given).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import uuid
 from collections.abc import AsyncIterator
@@ -25,10 +26,12 @@ from runtime.api import (
     escape_name,
     one_line,
 )
+from stages.actions.metadata import Labels, label
 from stages.parsing.formats import Format, detect
 from stages.pipeline import STAGES
 from stages.ports.assets import AssetStore, Stored, original_key
 from stages.ports.collections import check_collection_name
+from stages.ports.sources import not_a_file
 
 #: Where a new document starts.
 FIRST_STAGE = STAGES[0]
@@ -43,8 +46,12 @@ class Inspected(msgspec.Struct, frozen=True):
 
 def detect_format(path: Path) -> Format:
     """What the file is, from its content (stages/parsing/formats/detect.py); raises
-    InvalidDocument (one line) when empty, unreadable or of a type ragline does not read."""
+    InvalidDocument (one line) when empty, unreadable, not a regular file (a FIFO is
+    never opened: that waits for a writer) or of a type ragline does not read."""
     try:
+        what = not_a_file(path.stat().st_mode)
+        if what is not None:
+            raise InvalidDocument(f"{display_name(path)}: {what}, not a file")
         return detect(path, display_name(path))
     except OSError as exc:
         raise InvalidDocument(
@@ -103,8 +110,11 @@ async def submit(
     force: bool = False,
     max_attempts: int = 3,
     collection: str = "default",
+    labels: Labels | None = None,
 ) -> Submitted:
-    """Store ``path`` and enqueue its parse; same bytes again → the same document.
+    """Store ``path`` and enqueue its parse; same bytes again → the same document. A new
+    document gets ``labels`` (metadata, readers) in the transaction that creates it; a
+    document found by its bytes keeps its own.
 
     The recorded hash is the hash of the bytes stored, computed while they are copied
     (:meth:`AssetStore.put_stream`), whatever happens to the file meanwhile. A first,
@@ -124,7 +134,7 @@ async def submit(
     result: Submitted | None = None
     try:
         result = await _record(
-            docs, stored, doc_id, path, fmt, conn, force, max_attempts, collection
+            docs, stored, doc_id, path, fmt, conn, force, max_attempts, collection, labels
         )
         return result
     finally:
@@ -143,14 +153,23 @@ async def _record(
     force: bool,
     max_attempts: int,
     collection: str,
+    labels: Labels | None = None,
 ) -> Submitted:
     if not force:  # the file may have changed since the first hash
         existing = await docs.find_by_sha256(stored.sha256, collection)
         if existing is not None:
             return Submitted(document_id=existing.id, created=False)
     new = new_document(doc_id, display_name(path), fmt.media_type, stored, collection, force)
-    # Not created: lost a race with a concurrent submit of the same bytes.
-    return await docs.submit(new, FIRST_STAGE, conn=conn, max_attempts=max_attempts)
+    if labels is None or labels.empty:
+        # Not created: lost a race with a concurrent submit of the same bytes.
+        return await docs.submit(new, FIRST_STAGE, conn=conn, max_attempts=max_attempts)
+    async with contextlib.AsyncExitStack() as stack:
+        db: Any = conn if conn is not None else await stack.enter_async_context(docs.pool.acquire())
+        await stack.enter_async_context(db.transaction())
+        done = await docs.submit(new, FIRST_STAGE, conn=db, max_attempts=max_attempts)
+        if done.created:
+            await label(db, done.document_id, labels)
+        return done
 
 
 def new_document(

@@ -10,7 +10,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import click
@@ -37,11 +37,43 @@ from stages.services import services_for
 # The services pull in PyMuPDF, onnxruntime, qdrant-client and minio (seconds of imports):
 # commands import them when they run, so `--help` and `status` stay quick.
 if TYPE_CHECKING:
+    from stages.actions.metadata import Labels
     from stages.services import Services
 
 force_option = click.option(
     "--force", is_flag=True, help="Submit again even if the same bytes are already there."
 )
+
+
+def labels_options(command: Any) -> Any:
+    """``--meta KEY=VALUE`` (repeat) and ``--readers P1,P2``: what new documents are given
+    (search filters on the metadata; readers say who may read them)."""
+    command = click.option(
+        "--readers",
+        metavar="P1,P2",
+        help="Only callers with one of these principals may read the new documents "
+        "[default: every caller].",
+    )(command)
+    return click.option(
+        "--meta",
+        "metadata",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Metadata of the new documents (repeat); search filters on it with --meta.",
+    )(command)
+
+
+def labels_from(metadata: Sequence[str], readers: str | None) -> Labels:
+    """The labels given on the command line; a bad one is one line and exit 2."""
+    from stages.actions.metadata import labels_of
+    from stages.actions.search import filters_of
+
+    def checked() -> Labels:
+        pairs = filters_of(metadata=metadata).metadata
+        names = None if readers is None else [r.strip() for r in readers.split(",") if r.strip()]
+        return labels_of(pairs, names)
+
+    return guarded(checked)
 
 
 class Refused(msgspec.Struct, frozen=True):
@@ -81,8 +113,10 @@ def expand(paths: Sequence[str]) -> Expanded:
                 skipped.update(found.skipped)
             elif path.is_file():
                 files.append(path)
-            elif path.is_symlink():
+            elif path.is_symlink() and not path.exists():
                 refused.append(Refused(escape_name(match), DANGLING))
+            elif path.exists():  # a FIFO, socket or device: submit says which, in one line
+                files.append(path)
             else:
                 refused.append(Refused(escape_name(raw), "no such file or directory"))
     return Expanded(files, refused, dict(sorted(skipped.items())))
@@ -136,6 +170,7 @@ async def submit_paths(
     files: Iterable[Path],
     force: bool,
     collection: str = "default",
+    labels: Labels | None = None,
 ) -> tuple[list[SubmitResult], list[Refused]]:
     from stages.actions.submit import submit as submit_one
 
@@ -145,7 +180,7 @@ async def submit_paths(
         shown = escape_name(str(path))
         try:
             result = await submit_one(
-                pool, services.assets, path, force=force, collection=collection
+                pool, services.assets, path, force=force, collection=collection, labels=labels
             )
         except RaglineError as exc:
             refused.append(Refused(shown, exc.message))
@@ -188,9 +223,18 @@ def report_skipped(skipped: Mapping[str, int]) -> None:
 @click.argument("paths", nargs=-1, required=True)
 @force_option
 @collection_option
+@labels_options
 @json_option
 @click.pass_obj
-def submit(app: App, paths: tuple[str, ...], force: bool, collection: str, as_json: bool) -> None:
+def submit(
+    app: App,
+    paths: tuple[str, ...],
+    force: bool,
+    collection: str,
+    metadata: tuple[str, ...],
+    readers: str | None,
+    as_json: bool,
+) -> None:
     """Store documents and queue them for processing (files, directories, globs).
 
     PDF, XPS, EPUB, MOBI, FB2, CBZ, SVG, PNG, JPEG, TIFF, GIF, BMP, JPEG 2000, DOCX, HTML,
@@ -199,12 +243,13 @@ def submit(app: App, paths: tuple[str, ...], force: bool, collection: str, as_js
     Exit 0 when everything went in, 1 when something was refused.
     """
     collection = checked_collection(collection)
+    labels = labels_from(metadata, readers)
     expanded = expand(paths)
 
     async def go(dsn: str) -> tuple[list[SubmitResult], list[Refused]]:
         services = services_for(app.build_context())
         async with services.lifespan(), open_pool(dsn) as pool:
-            return await submit_paths(pool, services, expanded.files, force, collection)
+            return await submit_paths(pool, services, expanded.files, force, collection, labels)
 
     done, more = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
     refused = expanded.refused + more

@@ -7,7 +7,7 @@ the size and mtime last seen. asyncpg records stay in this module.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -38,6 +38,12 @@ class Source(msgspec.Struct, frozen=True):
     id: int
     uri: str
     collection: str
+    #: The device (st_dev) of the folder at the last sync; None for a bucket or before it.
+    device: int | None = None
+    #: What the source gives its documents (0017): metadata as JSON text, and readers
+    #: (None: every caller).
+    metadata: str = "{}"
+    readers: list[str] | None = None
 
 
 class Known(msgspec.Struct, frozen=True):
@@ -53,12 +59,25 @@ class Known(msgspec.Struct, frozen=True):
 
 class NewSourceDocument(NewDocument, frozen=True, kw_only=True):
     """A file of a source as a new document (or version); its collection is the
-    source's, and it is always inserted forced (sync matches files by URI, not by bytes)."""
+    source's. Inserted unforced: one document per content in a collection, whichever
+    door it came in by (sync adopts or skips a file whose bytes are already there)."""
 
     asset_key: str
     uri: str
     mtime_ns: int
     etag: str | None = None
+
+
+class SameSize(msgspec.Struct, frozen=True):
+    """A document of the collection as large as a new file, and its source if it has one."""
+
+    id: uuid.UUID
+    sha256: str
+    byte_size: int
+    source_id: int | None
+    #: The owning source's URI and the file's in it (None: submitted or uploaded).
+    source: str | None
+    uri: str | None
 
 
 class SourceSummary(msgspec.Struct, frozen=True):
@@ -97,8 +116,8 @@ async def source_lock(pool: Pool, source_id: int) -> AsyncIterator[None]:
             await conn.execute(Q["unlock_source"], source_id)
 
 
-async def mark_synced(pool: Pool, source_id: int) -> None:
-    await pool.execute(Q["mark_synced"], source_id)
+async def mark_synced(pool: Pool, source_id: int, device: int | None) -> None:
+    await pool.execute(Q["mark_synced"], source_id, device)
 
 
 async def documents(pool: Pool, source_id: int) -> dict[str, Known]:
@@ -114,7 +133,8 @@ async def insert_document(
     pool: Pool, source: Source, doc: NewSourceDocument, first_stage: str
 ) -> bool:
     """The document row and its first job in one transaction; False when a concurrent
-    sync created the document for this URI first."""
+    sync created the document for this URI first, or the same bytes came into the
+    collection meanwhile."""
     async with pool.acquire() as conn, conn.transaction():
         created = await conn.fetchval(
             Q["insert_source_document"],
@@ -130,6 +150,29 @@ async def insert_document(
             return False
         await enqueue_jobs(conn, [NewJob(document_id=doc.id, stage=first_stage)])
         return True
+
+
+async def same_size(pool: Pool, collection: str, sizes: Sequence[int]) -> list[SameSize]:
+    """Documents of ``collection`` of one of these byte sizes, unforced and oldest first."""
+    rows = await pool.fetch(Q["same_size_documents"], collection, list(sizes))
+    return [to_struct(SameSize, r) for r in rows]
+
+
+async def same_bytes(pool: Pool, collection: str, hashes: Sequence[str]) -> list[SameSize]:
+    """The unforced document of ``collection`` holding each of these sha256s (if any)."""
+    rows = await pool.fetch(Q["same_bytes_documents"], collection, list(hashes))
+    return [to_struct(SameSize, r) for r in rows]
+
+
+async def adopt(
+    pool: Pool, source: Source, document_id: uuid.UUID, uri: str, filename: str, stamp: Stamp
+) -> bool:
+    """Make a document of no source the file ``uri``'s; False when a source has it."""
+    mtime_ns, etag = stamp
+    row = await pool.fetchval(
+        Q["adopt_document"], document_id, source.id, uri, filename, mtime_ns, etag
+    )
+    return row is not None
 
 
 async def touch(pool: Pool, document_id: uuid.UUID, mtime_ns: int, etag: str | None) -> None:
@@ -215,3 +258,12 @@ async def summaries(db: Any) -> list[SourceSummary]:
 async def origin(db: Any, document_id: uuid.UUID) -> Origin | None:
     row = await db.fetchrow(Q["document_source"], document_id)
     return to_struct(Origin, row) if row else None
+
+
+async def label_source(
+    pool: Pool, source_id: int, metadata: Mapping[str, Any], readers: Sequence[str] | None
+) -> None:
+    """What the source gives its documents, set on it and on each of them."""
+    values = msgspec.json.encode(dict(metadata)).decode()
+    names = None if readers is None else list(readers)
+    await pool.execute(Q["label_source"], source_id, values, names)

@@ -8,14 +8,42 @@ folder path or ``s3://bucket/prefix``) so the same folder given two ways is one 
 
 from __future__ import annotations
 
+import stat
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Protocol
 
 import msgspec
 
+from runtime.api import RaglineError
+
 #: Bytes read at a time from a source's file.
 BLOCK_BYTES = 1 << 20
+
+
+class SourceUnreachable(RaglineError, ConnectionError):
+    """The source cannot be reached (an S3 endpoint down): nothing was changed.
+
+    A ``ConnectionError``, so the CLI exits 3 (unavailable) as for the database: a service
+    that may come back, unlike refused keys or a missing bucket (a ConfigurationError, 2).
+    """
+
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+def not_a_file(mode: int) -> str | None:
+    """What a path of this ``st_mode`` is when it is no regular file ("a FIFO (named
+    pipe)"); None for a file. A FIFO is never opened: that waits for a writer."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
 
 
 class Entry(msgspec.Struct, frozen=True):
@@ -30,8 +58,17 @@ class Entry(msgspec.Struct, frozen=True):
 
 class Listing(msgspec.Struct, frozen=True):
     entries: dict[str, Entry]
-    #: Files skipped, with one line each (a name that is not UTF-8, a dangling link).
+    #: Files skipped, with one line each (a name that is not UTF-8, a dangling link, a
+    #: FIFO, socket or device, a folder that cannot be read).
     skipped: list[str]
+    #: Folders that could not be read (``a/b``): the documents of files under them stay
+    #: as they are, neither changed nor deleted.
+    unread: list[str] = msgspec.field(default_factory=list)
+    #: Nothing at all under the root (no file of any name, no folder, no object): what an
+    #: unmounted disk's mount point or an emptied bucket looks like.
+    empty: bool = False
+    #: The device (st_dev) of a folder; None for a bucket.
+    device: int | None = None
 
 
 class Scanner(Protocol):

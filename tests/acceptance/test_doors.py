@@ -115,7 +115,8 @@ def test_delete_leaves_the_same_state_through_every_door(
         assert http.delete(f"/v1/documents/{gone['http']}").status_code == 204
         assert http.delete(f"/v1/documents/{gone['http']}").status_code == 404
     (source / "rust-borrow-checker.pdf").unlink()
-    resynced = cli.run("sync", str(source), "--json", "--no-progress")
+    # The source's only file: deleting every document of a source takes --allow-deletes.
+    resynced = cli.run("sync", str(source), "--json", "--no-progress", "--allow-deletes")
     assert resynced.code == EXIT_OK, resynced
 
     for door, doc in gone.items():

@@ -161,7 +161,14 @@ def test_folder_edit_rename_delete_add(
     write_pdf(src / "deep/d.pdf", "dunlins dart along the dunes")
 
     first = synced(cli, str(src)).json()
-    assert first["counts"] == {"new": 4, "changed": 0, "moved": 0, "deleted": 0, "unchanged": 0}
+    assert first["counts"] == {
+        "new": 4,
+        "changed": 0,
+        "moved": 0,
+        "deleted": 0,
+        "adopted": 0,
+        "unchanged": 0,
+    }
     assert first["ready"] == 4
     before = index_state(cli)
     assert_index_equals(before, files_under(src))
@@ -177,6 +184,7 @@ def test_folder_edit_rename_delete_add(
         "changed": 1,
         "moved": 1,
         "deleted": 1,
+        "adopted": 0,
         "unchanged": 1,
     }
     assert plan.json()["files"]["moved"] == ["b.pdf -> deep/b-renamed.pdf"]
@@ -338,7 +346,14 @@ def test_bucket_edit_rename_delete_add(
     put("docs/d.pdf", "divers near the dock")
     calls = cohere.requests_to("embed")
     second = synced(cli, source).json()
-    assert second["counts"] == {"new": 1, "changed": 1, "moved": 1, "deleted": 1, "unchanged": 2}
+    assert second["counts"] == {
+        "new": 1,
+        "changed": 1,
+        "moved": 1,
+        "deleted": 1,
+        "adopted": 0,
+        "unchanged": 2,
+    }
     after = index_state(cli)
     assert_index_equals(after, {"a.pdf", "sub/b2.pdf", "d.pdf", "g.docx", "n.md"})
     assert after.docs["sub/b2.pdf"].id == before.docs["b.pdf"].id

@@ -11,6 +11,7 @@ import anyio
 import asyncpg
 import pytest
 
+from runtime.api import DocumentRepository, NewDocument
 from stages.adapters.assets.directory import DirStore
 from stages.db import checkpoints, sources
 from stages.ports.assets import image_key, original_key
@@ -100,9 +101,65 @@ async def test_racing_syncs_create_a_files_document_once(dsn: str) -> None:
         assert sorted(created) == [False] * 5 + [True]
         jobs = await pool.fetchval("SELECT count(*) FROM stage_jobs")
         assert jobs == 1
+        # Another source's file of the same bytes: one document per collection (issue 39).
         other = await sources.ensure_source(pool, "/data/other", "default")
-        assert await sources.insert_document(
+        assert not await sources.insert_document(
             pool, other, new_doc(uuid.uuid4(), SHA["f"], "same.pdf"), "parse"
         )
+        elsewhere = await sources.ensure_source(pool, "/data/elsewhere", "birds")
+        assert await sources.insert_document(
+            pool, elsewhere, new_doc(uuid.uuid4(), SHA["f"], "same.pdf"), "parse"
+        )
+    finally:
+        await pool.close()
+
+
+async def test_a_source_adopts_a_submitted_document_once(dsn: str) -> None:
+    """A submitted document of the bytes a source's new file has is adopted by the first
+    source that asks (no second document); another source then finds it owned."""
+    pool = await asyncpg.create_pool(dsn, min_size=0, max_size=4)
+    try:
+        doc_id = uuid.uuid4()
+        submitted = NewDocument(
+            id=doc_id,
+            filename="x.pdf",
+            media_type="application/pdf",
+            byte_size=10,
+            sha256=SHA["a"],
+            asset_key=original_key(doc_id, SHA["a"]),
+        )
+        assert (await DocumentRepository(pool).submit(submitted, "parse")).created
+        one = await sources.ensure_source(pool, "/data/one", "default")
+        two = await sources.ensure_source(pool, "/data/one/two", "default")
+
+        [found] = await sources.same_size(pool, "default", [10, 11])
+        assert (found.id, found.sha256, found.source) == (doc_id, SHA["a"], None)
+        assert await sources.same_size(pool, "birds", [10]) == []
+        [by_bytes] = await sources.same_bytes(pool, "default", [SHA["a"], SHA["b"]])
+        assert by_bytes == found
+        assert await sources.adopt(pool, one, doc_id, "a/x.pdf", "a/x.pdf", (5, None))
+        assert not await sources.adopt(pool, two, doc_id, "x.pdf", "x.pdf", (5, None))
+
+        [owned] = await sources.same_size(pool, "default", [10])
+        assert (owned.source, owned.uri) == ("/data/one", "a/x.pdf")
+        known = await sources.documents(pool, one.id)
+        assert known["a/x.pdf"].id == doc_id and known["a/x.pdf"].mtime_ns == 5
+        assert await sources.documents(pool, two.id) == {}
+    finally:
+        await pool.close()
+
+
+async def test_a_sync_records_the_device_of_its_folder(dsn: str) -> None:
+    pool = await asyncpg.create_pool(dsn, min_size=0, max_size=2)
+    try:
+        source = await sources.ensure_source(pool, "/data/dev", "default")
+        assert source.device is None
+        await sources.mark_synced(pool, source.id, 2049)
+        assert (await sources.ensure_source(pool, "/data/dev", "default")).device == 2049
+        found = await sources.find_source(pool, "/data/dev")
+        assert found is not None and found.device == 2049
+        await sources.mark_synced(pool, source.id, None)  # a bucket has none
+        found = await sources.find_source(pool, "/data/dev")
+        assert found is not None and found.device is None
     finally:
         await pool.close()
