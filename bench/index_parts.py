@@ -22,7 +22,7 @@ import qdrant_edge as qe
 
 from bench.database import pool_of
 from bench.standins import ZeroEmbedder
-from stages.adapters.vector_index.edge.points import stored_payload
+from stages.adapters.vector_index.edge.points import stored_payload, vectors_of
 from stages.adapters.vector_index.edge.shard import ensure_shard
 from stages.db import checkpoints
 from stages.pipeline.index import SLICE_POINTS, document_points
@@ -57,14 +57,19 @@ class IndexParts(msgspec.Struct, frozen=True, kw_only=True):
         return self.read_s + self.build_s + self.payloads_s + self.edge_s
 
 
-async def measure_index_parts(dsn: str, shard: Path) -> IndexParts:
+async def measure_index_parts(dsn: str, shard: Path, *, keywords: bool = True) -> IndexParts:
     """Every ready document's points read, built and upserted into a new shard at
-    ``shard``, as the index stage does, each step timed on its own."""
+    ``shard``, as the index stage does, each step timed on its own; without
+    ``keywords``, as a dense-only index would (no keyword side to build or store)."""
     embedder = ZeroEmbedder()
     # Keyed by IndexParts' fields, less their "_s".
     spent = dict.fromkeys(("read", "build", "payloads", "edge_points", "upsert"), 0.0)
     points = 0
-    ensure_shard(shard, embedder.dimensions)
+    if keywords:
+        ensure_shard(shard, embedder.dimensions)
+    else:
+        vectors = qe.EdgeVectorParams(size=embedder.dimensions, distance=qe.Distance.Cosine)
+        qe.EdgeShard.create(str(shard), qe.EdgeConfig(vectors=vectors)).close()
     edge = qe.EdgeShard.load(str(shard))
     try:
         async with pool_of(dsn, 1) as pool:
@@ -76,14 +81,16 @@ async def measure_index_parts(dsn: str, shard: Path) -> IndexParts:
                         pool, doc["id"], embedder.model, after=after, limit=SLICE_POINTS
                     )
                     at = _add(spent, "read", at)
-                    built = document_points(rows, doc["id"], doc["generation"], doc["filename"])
+                    built = document_points(
+                        rows, doc["id"], doc["generation"], doc["filename"], keywords=keywords
+                    )
                     at = _add(spent, "build", at)
                     stored = [stored_payload(p.payload) for p in built]
                     at = _add(spent, "payloads", at)
                     # As stages.adapters.vector_index.edge.points.edge_points builds them, the
                     # payloads made above.
                     converted = [
-                        qe.Point(p.id, p.vector, s)  # type: ignore[arg-type]
+                        qe.Point(p.id, vectors_of(p) if keywords else p.vector, s)  # type: ignore[arg-type]
                         for p, s in zip(built, stored, strict=True)
                     ]
                     at = _add(spent, "edge_points", at)
@@ -109,8 +116,17 @@ def _add(spent: dict[str, float], step: str, since: float) -> float:
 
 
 async def index_parts(dsn: str, data_dir: Path) -> IndexParts:
-    """Measure and print the line."""
+    """Measure and print the lines: dense-only and with the keyword side, alternating."""
+    dense = await measure_index_parts(dsn, data_dir / "index-parts-dense", keywords=False)
     parts = await measure_index_parts(dsn, data_dir / "index-parts-shard")
+    dense_again = await measure_index_parts(dsn, data_dir / "index-parts-dense2", keywords=False)
+    dense_s = min(dense.total_s, dense_again.total_s)
+    print(
+        f"index stage in this process, dense only: {dense.us(dense.total_s):.1f} and "
+        f"{dense_again.us(dense_again.total_s):.1f} µs of CPU a point; with the keyword "
+        f"side {parts.us(parts.total_s):.1f}: {parts.total_s / max(dense_s, 1e-9):.2f}x "
+        "(floor <= 1.5x)"
+    )
     us = parts.us
     print(
         f"index stage in this process, without the engine ({parts.points} points): "

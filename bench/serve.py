@@ -249,61 +249,106 @@ def section_status(opts: Options, tmp: Path) -> None:
 # -- 5. search -----------------------------------------------------------------------------
 
 
-async def fill_index(data_dir: Path, points: int) -> str:
-    from stages.ports.vector_index import new_point
+#: Words the filled chunks are made of (a chunk: 120 of them, Zipf-like weights, plus an
+#: identifier of its own), so that the keyword side has a real vocabulary to rank.
+_WORDS = (
+    "lighthouse lens lamp beam sea night harbour tide moon spring neap range table power "
+    "sourdough starter flour water salt bake crust oven dough rise borrow checker lifetime "
+    "reference owner move copy trait struct function return value error code socket buffer "
+    "lease queue worker stage commit transaction index vector search keyword page section"
+)
+VOCABULARY = tuple(_WORDS.split())
+
+
+async def fill_index(dsn: str, data_dir: Path, points: int) -> str:
+    """``points`` chunks of 50 per document, in the embedded index (dense vectors and
+    keywords) and in PostgreSQL (each document ready, its points the ones that answer)."""
+    from stages.ports.vector_index import Keywords, new_point
     from stages.services import Services
+    from stages.text.keywords import text_vector
 
     services = Services(
         {k: v for k, v in os.environ.items() if not k.startswith("COHERE")}, data_dir
     )
+    rng = random.Random(7)
+    weights = [1 / (n + 1) for n in range(len(VOCABULARY))]
     async with services.lifespan():
         dims = services.embedder.dimensions
         await services.index.ensure_vector_collection(services.vector_collection, dims)
-        rng = random.Random(7)
         batch: list[Any] = []
         for i in range(points):
             doc = uuid.UUID(int=i // 50 + 1)
-            vector = [rng.gauss(0, 1) for _ in range(dims)]
-            payload = {
-                "filename": f"doc-{i // 50}.pdf",
-                "text": f"chunk {i}",
-                "page_start": 1,
-                "page_end": 1,
-            }
-            batch.append(new_point(doc, i % 50, 1, vector, payload))
+            words = [*rng.choices(VOCABULARY, weights, k=120), f"ident_{i}_x{i % 997}"]
+            text = " ".join(words)
+            payload = {"filename": f"doc-{i // 50}.pdf", "text": text, "page_start": 1,
+                       "page_end": 1, "ordinal": i % 50}  # fmt: skip
+            point = new_point(doc, i % 50, 1, [rng.gauss(0, 1) for _ in range(dims)], payload)
+            batch.append(msgspec.structs.replace(point, keywords=Keywords(*text_vector(text))))
             if len(batch) == 1000:
                 await services.index.upsert(services.vector_collection, batch)
                 batch = []
         if batch:
             await services.index.upsert(services.vector_collection, batch)
-        return services.vector_collection
+    await ready_documents(dsn, (points + 49) // 50)
+    return services.vector_collection
 
 
-async def search_latencies(url: str, count: int) -> list[float]:
-    words = ["lighthouse lens", "sourdough starter", "borrow checker", "postgres lease", "vector"]
+async def ready_documents(dsn: str, count: int) -> None:
+    """``count`` ready documents whose generation 1 answers search (as the filled points)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            "INSERT INTO documents (id, filename, media_type, byte_size, sha256, status,"
+            " generation, indexed_generation)"
+            " SELECT ('00000000-0000-0000-0000-' || lpad(to_hex(n), 12, '0'))::uuid,"
+            " 'doc-' || (n - 1) || '.pdf', 'application/pdf', 1, md5(n::text), 'ready', 1, 1"
+            " FROM generate_series(1, $1) AS n",
+            count,
+        )
+    finally:
+        await conn.close()
+
+
+async def search_latencies(url: str, count: int, mode: str) -> list[float]:
+    words = ["lighthouse lens", "sourdough starter", "borrow checker", "lease queue", "vector"]
     out = []
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-        await client.get("/v1/search", params={"q": "warm up", "k": 5})
+        await client.get("/v1/search", params={"q": "warm up", "k": 5, "mode": mode})
         for i in range(count):
+            query = f"{words[i % 5]} ident_{i * 37}_x{i * 37 % 997}"
             started = time.perf_counter()
-            r = await client.get("/v1/search", params={"q": f"{words[i % 5]} {i}", "k": 10})
+            r = await client.get("/v1/search", params={"q": query, "k": 10, "mode": mode})
             r.raise_for_status()
             out.append((time.perf_counter() - started) * 1000)
+            if i == 0 and not r.json():
+                raise SystemExit(f"bench.serve: {mode} search found nothing: the fill is wrong")
     return out
 
 
 def section_search(opts: Options, tmp: Path) -> None:
     data = tmp / "search" / "data"
-    started = time.perf_counter()
-    anyio.run(fill_index, data, opts.points)
-    fill_s = time.perf_counter() - started
     with throwaway_database(opts.server_dsn, "ragline_bserve") as dsn:
         cli = Cli(dsn, data, tmp / "search" / "logs")
+        migrated = cli.run("migrate")
+        if migrated.code != 0:
+            raise SystemExit(f"bench.serve: migrate failed: {migrated}")
+        started = time.perf_counter()
+        anyio.run(fill_index, dsn, data, opts.points)
+        fill_s = time.perf_counter() - started
         with running_server(cli) as server:
-            lat = anyio.run(search_latencies, server.url, opts.searches)
+            # The modes in turns, so that the machine's load falls on each alike.
+            lat: dict[str, list[float]] = {m: [] for m in ("dense", "keyword", "hybrid")}
+            for _ in range(4):
+                for mode, seen in lat.items():
+                    seen += anyio.run(search_latencies, server.url, opts.searches // 4, mode)
     print(f"\n== 5. Search: {opts.points} points (embedded index, local embedder), k=10 ==")
-    print(f"  filled in {fill_s:.0f} s; {len(lat)} searches (query embedding included):")
-    print(f"  p50 {pct(lat, 0.5):.1f} ms  p99 {pct(lat, 0.99):.1f} ms")
+    print(f"  filled in {fill_s:.0f} s; {opts.searches} searches per mode (query embedding "
+          "included in dense and hybrid; hits read from PostgreSQL):")  # fmt: skip
+    for mode, seen in lat.items():
+        print(f"  {mode:8} p50 {pct(seen, 0.5):.1f} ms  p99 {pct(seen, 0.99):.1f} ms")
+    hybrid, dense = pct(lat["hybrid"], 0.99), pct(lat["dense"], 0.99)
+    print(f"  hybrid p99 {hybrid:.1f} ms (floor <= 50: {'ok' if hybrid <= 50 else 'BELOW FLOOR'})"
+          f"; {hybrid / dense:.2f}x dense's")  # fmt: skip
 
 
 # -- 6. RSS during a 1 GB upload -----------------------------------------------------------

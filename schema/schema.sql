@@ -214,11 +214,15 @@ CREATE TABLE document_events (
 
 CREATE INDEX document_events_at ON document_events (at);
 
--- Idempotency-Key of an upload -> the document it created (same transaction).
+-- Idempotency-Key of an upload -> the document it created or found (same transaction),
+-- and the request it answered: a reuse with other bytes or another collection is a 422.
 CREATE TABLE upload_keys (
     key          text PRIMARY KEY,
     document_id  uuid NOT NULL REFERENCES documents (id) ON DELETE CASCADE,
-    created_at   timestamptz NOT NULL DEFAULT now()
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    -- NULL on rows from before 0013: their document's sha256 and collection stand in
+    sha256       text,
+    collection   text
 );
 
 CREATE FUNCTION ragline_document_event() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -314,7 +318,10 @@ CREATE TABLE sources (
     collection  text NOT NULL DEFAULT 'default'
                 CONSTRAINT sources_collection_name CHECK (collection ~ '^[a-z0-9][a-z0-9_-]{0,62}$'),
     created_at  timestamptz NOT NULL DEFAULT now(),
-    synced_at   timestamptz
+    synced_at   timestamptz,
+    -- 0014: the device (st_dev) of the folder at the last sync; NULL for a bucket. Another
+    -- device now is a disk unmounted under the source: no evidence of deleted files.
+    device      bigint
 );
 
 ALTER TABLE documents
@@ -349,3 +356,22 @@ CREATE TABLE source_tombstones (
     deleted_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (source_id, document_id)
 );
+
+-- 0012: the generation whose points answer search (the last successful index job's;
+-- NULL: none). Search reads a hit's document here and drops points of other generations.
+ALTER TABLE documents ADD COLUMN indexed_generation integer;
+
+-- 0015: the user's key/value metadata; search filters on it here (containment: GIN).
+ALTER TABLE documents ADD COLUMN metadata jsonb NOT NULL DEFAULT '{}'::jsonb
+    CONSTRAINT documents_metadata_object CHECK (jsonb_typeof(metadata) = 'object');
+CREATE INDEX documents_metadata ON documents USING gin (metadata jsonb_path_ops);
+
+-- 0016: who may read a document (NULL: every caller); search trims hits by it here.
+ALTER TABLE documents ADD COLUMN readers text[]
+    CONSTRAINT documents_readers_named CHECK (array_position(readers, NULL) IS NULL);
+CREATE INDEX documents_readers ON documents USING gin (readers) WHERE readers IS NOT NULL;
+
+-- 0017: what a sync source gives its documents (metadata, readers).
+ALTER TABLE sources
+    ADD COLUMN metadata jsonb NOT NULL DEFAULT '{}'::jsonb,
+    ADD COLUMN readers text[];

@@ -6,7 +6,8 @@ import uuid
 
 from runtime.api import BuildContext, Pipeline, Plugin, Pool
 from stages.cli import models as model_cli
-from stages.cli.documents import delete, reprocess, search, verify_cmd
+from stages.cli.documents import delete, metadata_cmd, reprocess, search, verify_cmd
+from stages.cli.evaluate import evaluate_cmd
 from stages.cli.ingest import ingest
 from stages.cli.serve import serve
 from stages.cli.submit import submit
@@ -90,6 +91,8 @@ plugin = Plugin(
         submit,
         ingest,
         search,
+        evaluate_cmd,
+        metadata_cmd,
         reprocess,
         delete,
         verify_cmd,

@@ -22,12 +22,19 @@ from aiolimiter import AsyncLimiter
 
 from runtime.api import BuildContext, ConfigurationError, ProviderSpec, escape_name
 from stages.ports.vector_index import vector_collection_name
-from stages.settings import LOCAL_EMBEDDER_KEY, EmbedSettings, PipelineSettings, VisionSettings
+from stages.settings import (
+    LOCAL_EMBEDDER_KEY,
+    EmbedSettings,
+    PipelineSettings,
+    RerankSettings,
+    VisionSettings,
+)
 
 if TYPE_CHECKING:
     from stages.parsing.process import ParserProcess
     from stages.ports.assets import AssetStore
     from stages.ports.embedder import Embedder
+    from stages.ports.reranker import Reranker
     from stages.ports.sources import Scanner
     from stages.ports.vector_index import VectorIndex
     from stages.ports.vision import VisionModel
@@ -145,6 +152,22 @@ def vision_for(settings: VisionSettings) -> VisionModel:
     return CohereVision(CohereVisionConfig(**cohere_knobs(settings)))
 
 
+def reranker_for(settings: RerankSettings) -> Reranker | None:
+    """The reranker ``settings`` select: None for ``RAGLINE_RERANK=none`` (the default),
+    Cohere's rerank for ``cohere`` (``RAGLINE_RERANK_MODEL``, rerank-v3.5;
+    ``RAGLINE_RERANK_TIMEOUT_S``, 10; ``COHERE_BASE_URL``)."""
+    if settings.kind == "none":
+        return None
+    if settings.kind != "cohere":
+        raise ConfigurationError(f"RAGLINE_RERANK must be none or cohere, not {settings.kind!r}")
+    if not settings.api_key:
+        raise ConfigurationError("RAGLINE_RERANK=cohere needs COHERE_API_KEY")
+    from stages.adapters.cohere import cohere_knobs
+    from stages.adapters.reranker.cohere import CohereReranker, CohereRerankerConfig
+
+    return CohereReranker(CohereRerankerConfig(**cohere_knobs(settings)))
+
+
 def scanner_for(source: str, env: Mapping[str, str]) -> Scanner:
     """A folder path, or ``s3://bucket/prefix`` (read with the ``MINIO_*`` settings)."""
     if source.startswith("s3://"):
@@ -199,6 +222,17 @@ class Services:
     @functools.cached_property
     def vision(self) -> VisionModel:
         return vision_for(self.settings.vision)
+
+    @functools.cached_property
+    def reranker(self) -> Reranker | None:
+        return reranker_for(self.settings.rerank)
+
+    @property
+    def rerank_provider(self) -> ProviderSpec | None:
+        """The reranker and its fleet-wide budget; None without one."""
+        if self.reranker is None:
+            return None
+        return ProviderSpec(name=self.reranker.model, requests_per_min=self.settings.rerank_rpm)
 
     @functools.cached_property
     def index(self) -> VectorIndex:
@@ -264,7 +298,7 @@ class Services:
         others, self._other_embedders = self._other_embedders, {}
         for embedder in others.values():
             await embedder.aclose()
-        for name in ("embedder", "vision", "index", "assets", "parser"):
+        for name in ("embedder", "vision", "reranker", "index", "assets", "parser"):
             service = self.__dict__.pop(name, None)
             if service is not None:
                 await service.aclose()

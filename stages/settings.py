@@ -12,6 +12,7 @@ services are built, which ``Services.prepare`` does at start.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import msgspec
@@ -21,6 +22,11 @@ from stages.parsing.formats.unit import (
     DEFAULT_MAX_IMAGE_PIXELS,
     DEFAULT_MIN_IMAGE_BYTES,
     DEFAULT_MIN_IMAGE_PX,
+)
+from stages.parsing.limits import (
+    DEFAULT_PARSE_CPU_S,
+    DEFAULT_PARSE_MAX_CHARS,
+    DEFAULT_PARSE_MEMORY_MB,
 )
 from stages.text.chunking import MIN_CHUNK_TOKENS, ChunkConfig
 
@@ -35,6 +41,20 @@ LOCAL_EMBEDDER_KEY = "local/all-MiniLM-L6-v2-int8"
 
 _HTTP = ("http", "https")
 
+#: A principal's name (``stages.actions.metadata.check_principals`` takes the same).
+_PRINCIPAL = re.compile(r"[A-Za-z0-9_.@-]{1,128}")
+
+
+def _token_entries_ok(entries: list[str]) -> bool:
+    """RAGLINE_API_TOKENS's entries: ``TOKEN`` or ``TOKEN:a+b``, no token twice
+    (``stages.serve.config.api_tokens`` reads them)."""
+    secrets = [e.partition(":")[0] for e in entries]
+    return len(set(secrets)) == len(secrets) and all(
+        secret and (not colon or all(_PRINCIPAL.fullmatch(n) for n in names.split("+")))
+        for secret, colon, names in (e.partition(":") for e in entries)
+    )
+
+
 PIPELINE_SETTINGS: tuple[Setting, ...] = (
     Setting.text("COHERE_API_KEY", accepts="a Cohere API key"),
     Setting.url("COHERE_BASE_URL", _HTTP),
@@ -48,6 +68,10 @@ PIPELINE_SETTINGS: tuple[Setting, ...] = (
     Setting.choice("RAGLINE_VISION", ("ocr", "cohere", "none")),
     Setting.text("RAGLINE_VISION_MODEL", accepts="a Cohere vision model name"),
     Setting.seconds("RAGLINE_VISION_TIMEOUT_S"),
+    Setting.choice("RAGLINE_RERANK", ("none", "cohere")),
+    Setting.text("RAGLINE_RERANK_MODEL", accepts="a Cohere rerank model name"),
+    Setting.seconds("RAGLINE_RERANK_TIMEOUT_S"),
+    Setting.number("RAGLINE_RERANK_RPM", int, minimum=0, unit="requests per minute, 0: unlimited"),
     Setting.number(
         "RAGLINE_CHUNK_TOKENS", int, minimum=MIN_CHUNK_TOKENS, maximum=1_000_000, unit="tokens"
     ),
@@ -60,6 +84,13 @@ PIPELINE_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting.number("RAGLINE_MIN_IMAGE_PX", int, minimum=0, maximum=100_000, unit="pixels"),
     Setting.number("RAGLINE_MAX_IMAGE_PIXELS", int, minimum=1, unit="pixels"),
+    # The parser process's limits per document (stages/parsing/limits.py): below 512 MB
+    # its own start-up (~260 MB of address space) would leave a document next to nothing.
+    Setting.number(
+        "RAGLINE_PARSE_MEMORY_MB", int, minimum=512, maximum=1_048_576, unit="megabytes"
+    ),
+    Setting.number("RAGLINE_PARSE_CPU_S", int, minimum=1, maximum=86_400, unit="CPU seconds"),
+    Setting.number("RAGLINE_PARSE_MAX_CHARS", int, minimum=1_000, unit="characters"),
     Setting.text("MINIO_ENDPOINT", accepts="host:port of MinIO/S3"),
     Setting.text("MINIO_ACCESS_KEY", accepts="an access key"),
     Setting.text("MINIO_SECRET_KEY", accepts="a secret key"),
@@ -75,9 +106,10 @@ PIPELINE_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="RAGLINE_API_TOKENS",
-        accepts="comma-separated bearer tokens, none of them empty",
-        check=lambda raw: all(t.strip() for t in raw.split(",")),
-        bad_examples=("", ",", "a,,b"),
+        accepts="comma-separated bearer tokens, each TOKEN or TOKEN:principal+principal "
+        "(principals: 1-128 letters, digits or _.@-), none empty, none twice",
+        check=lambda raw: _token_entries_ok([t.strip() for t in raw.split(",")]),
+        bad_examples=("", ",", "a,,b", ":p", "a:", "a:p+", "a:p q", "a,a:p"),
     ),
     Setting.number("RAGLINE_MAX_UPLOAD_MB", int, minimum=1, maximum=1_048_576, unit="megabytes"),
     Setting(
@@ -98,6 +130,13 @@ PIPELINE_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting.seconds("RAGLINE_SSE_HEARTBEAT_S"),
     Setting.seconds("RAGLINE_SYNC_POLL_S"),
+    Setting.number(
+        "RAGLINE_SYNC_DELETE_SHARE",
+        float,
+        minimum=0,
+        maximum=1,
+        unit="share of a source's documents",
+    ),
     Setting.url("QDRANT_URL", _HTTP),
     Setting.text("QDRANT_API_KEY", accepts="a Qdrant API key"),
 )
@@ -132,6 +171,12 @@ class VisionSettings(CohereKnobs, frozen=True, kw_only=True):
     kind: str = "ocr"
 
 
+class RerankSettings(CohereKnobs, frozen=True, kw_only=True):
+    """Which reranker search uses (``none``: the fused order stands), and its knobs."""
+
+    kind: str = "none"
+
+
 class MinioConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Connection settings for :class:`stages.adapters.assets.minio.MinioStore`."""
 
@@ -159,6 +204,12 @@ class PipelineSettings(msgspec.Struct, frozen=True, kw_only=True):
     min_image_px: int = DEFAULT_MIN_IMAGE_PX
     min_image_bytes: int = DEFAULT_MIN_IMAGE_BYTES
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+    #: The parser process's address space while it reads a document, in MB.
+    parse_memory_mb: int = DEFAULT_PARSE_MEMORY_MB
+    #: CPU seconds a document may take in the parser process.
+    parse_cpu_s: int = DEFAULT_PARSE_CPU_S
+    #: Characters of text a document may have (the parser stops reading past them).
+    parse_max_chars: int = DEFAULT_PARSE_MAX_CHARS
     #: Embedding requests per minute to a metered provider, shared by every process on
     #: the database (0: unlimited).
     embed_rpm: int = DEFAULT_EMBED_RPM
@@ -168,6 +219,9 @@ class PipelineSettings(msgspec.Struct, frozen=True, kw_only=True):
     vision_rpm: int = DEFAULT_VISION_RPM
     embed: EmbedSettings = msgspec.field(default_factory=EmbedSettings)
     vision: VisionSettings = msgspec.field(default_factory=VisionSettings)
+    rerank: RerankSettings = msgspec.field(default_factory=RerankSettings)
+    #: Rerank requests per minute, fleet-wide (0: unlimited).
+    rerank_rpm: int = 0
     #: None: the directory store under the data dir.
     minio: MinioConfig | None = None
     #: None: the embedded vector index under the data dir.
@@ -191,11 +245,16 @@ class PipelineSettings(msgspec.Struct, frozen=True, kw_only=True):
             chunk=_chunk(read),
             min_image_px=read.integer("RAGLINE_MIN_IMAGE_PX", DEFAULT_MIN_IMAGE_PX),
             max_image_pixels=read.integer("RAGLINE_MAX_IMAGE_PIXELS", DEFAULT_MAX_IMAGE_PIXELS),
+            parse_memory_mb=read.integer("RAGLINE_PARSE_MEMORY_MB", DEFAULT_PARSE_MEMORY_MB),
+            parse_cpu_s=read.integer("RAGLINE_PARSE_CPU_S", DEFAULT_PARSE_CPU_S),
+            parse_max_chars=read.integer("RAGLINE_PARSE_MAX_CHARS", DEFAULT_PARSE_MAX_CHARS),
             embed_rpm=read.integer("RAGLINE_EMBED_RPM", DEFAULT_EMBED_RPM),
             embed_tpm=read.integer("RAGLINE_EMBED_TPM", DEFAULT_EMBED_TPM),
             vision_rpm=read.integer("RAGLINE_VISION_RPM", DEFAULT_VISION_RPM),
             embed=_embed(read),
             vision=_vision(read),
+            rerank=_rerank(read),
+            rerank_rpm=read.integer("RAGLINE_RERANK_RPM", 0),
             minio=_minio(read),
             qdrant=_qdrant(read),
         )
@@ -240,6 +299,13 @@ def _vision(read: EnvReader) -> VisionSettings:
     return VisionSettings(
         kind=read.choice("RAGLINE_VISION", "cohere" if knobs.api_key and knobs.model else "ocr"),
         **msgspec.structs.asdict(knobs),
+    )
+
+
+def _rerank(read: EnvReader) -> RerankSettings:
+    knobs = _cohere(read, "RAGLINE_RERANK_MODEL", "RAGLINE_RERANK_TIMEOUT_S")
+    return RerankSettings(
+        kind=read.choice("RAGLINE_RERANK", "none"), **msgspec.structs.asdict(knobs)
     )
 
 

@@ -128,3 +128,8 @@ SELECT DISTINCT c.document_id AS id
 FROM chunks AS c
 LEFT JOIN embeddings AS e ON e.model = $1 AND e.sha256 = c.sha256
 WHERE e.sha256 IS NULL;
+
+-- name: mark_indexed
+-- In the index job's commit: the points of this generation now answer search.
+-- $1 document id, $2 generation
+UPDATE documents SET indexed_generation = $2 WHERE id = $1;

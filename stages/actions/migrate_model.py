@@ -34,7 +34,15 @@ import msgspec
 from runtime.api import ConfigurationError, Pool, RaglineError, TransientError
 from stages.db import checkpoints
 from stages.db import model_switch as switch
-from stages.db.model_switch import Live, Migration, live, mark_migrated, open_migration, target_of
+from stages.db.model_switch import (
+    Live,
+    Migration,
+    live,
+    mark_migrated,
+    open_migration,
+    rebuilt,
+    target_of,
+)
 from stages.pipeline.index import document_points
 
 if TYPE_CHECKING:
@@ -98,11 +106,13 @@ async def migration_lock(pool: Pool) -> AsyncIterator[None]:
         raise Busy("another model migration is running on this database") from None
 
 
-async def begin(pool: Pool, services: Services, model: str) -> Migration:
-    """The unfinished migration to ``model``, or a new one. Refuses a second target."""
+async def begin(pool: Pool, services: Services, model: str, *, rebuild: bool = False) -> Migration:
+    """The unfinished migration to ``model``, or a new one. Refuses a second target.
+    ``rebuild``: the live model again, into a new vector collection of today's layout
+    (its keyword side included), from the cached vectors."""
     current = await live(pool, services)
     found = await open_migration(pool)
-    target = target_of(services, model)
+    target = rebuilt(current) if rebuild else target_of(services, model)
     if found is not None:
         if found.to_model != target.model:
             raise ConfigurationError(
@@ -120,12 +130,14 @@ async def migrate(
     services: Services,
     model: str,
     *,
+    rebuild: bool = False,
     batch: int = BATCH,
     on_progress: Callable[[Progress], None] | None = None,
 ) -> Progress:
-    """Run (or resume) the migration to ``model`` until the old collection is gone."""
+    """Run (or resume) the migration to ``model`` (with ``rebuild``: the live model into
+    a new collection) until the old collection is gone."""
     async with migration_lock(pool):
-        migration = await begin(pool, services, model)
+        migration = await begin(pool, services, model, rebuild=rebuild)
         target = migration.target
         if migration.state == "building":
             await services.index.ensure_vector_collection(

@@ -19,6 +19,7 @@ from runtime.api import (
     EXIT_OK,
     EXIT_USAGE,
     App,
+    MissingInput,
     escape_name,
     guarded,
     json_option,
@@ -28,7 +29,12 @@ from runtime.api import (
 )
 from stages.actions import documents as actions
 from stages.actions.documents import Deleted, Reprocessing
+from stages.actions.metadata import check_principals
+from stages.actions.search import MODES, Answers, Mode, filters_of
+from stages.actions.search import search as run_search
+from stages.cli.filters import filter_options, filters_from
 from stages.cli.models import checked_collection, migrate_model, scope_option
+from stages.db import search as search_db
 from stages.pipeline import STAGES
 from stages.services import services_for
 
@@ -39,40 +45,74 @@ if TYPE_CHECKING:
 @click.command()
 @click.argument("query")
 @click.option("--limit", "-k", default=5, show_default=True, help="How many chunks to show.")
+@click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    default=MODES[0],
+    show_default=True,
+    help="hybrid: keywords (BM25) and meaning (the embedding) fused; dense: the embedding "
+    "alone; keyword: the words alone (exact identifiers, error codes).",
+)
 @scope_option
+@filter_options
+@click.option(
+    "--as",
+    "principals",
+    multiple=True,
+    metavar="PRINCIPAL",
+    help="Search as a caller with this principal would (repeat): only documents it may "
+    "read. Without it, every document (the operator's view).",
+)
 @json_option
 @click.pass_obj
-def search(app: App, query: str, limit: int, collection: str | None, as_json: bool) -> None:
-    """Embed QUERY with the live embedding model and print the closest chunks (of one
-    collection with --collection)."""
+def search(
+    app: App,
+    /,
+    query: str,
+    limit: int,
+    mode: Mode,
+    collection: str | None,
+    principals: tuple[str, ...],
+    as_json: bool,
+    **filters: Any,
+) -> None:
+    """Search the index for QUERY and print the best chunks, as PostgreSQL has them now
+    (the current file name, only documents ready at their indexed version; of one
+    collection with --collection). The filter options narrow it: all must hold."""
+    within = filters_from(filters)
+    caller = guarded(lambda: check_principals(principals)) if principals else None
     check_query(query, limit)
     tenant = None if collection is None else checked_collection(collection)
 
-    async def go(dsn: str) -> list[dict[str, Any]]:
-        from stages.actions.search import search_live
-
+    async def go(dsn: str) -> Answers:
         services = services_for(app.build_context())
         async with services.lifespan(), open_pool(dsn) as pool:
             # PostgreSQL names the live model and collection (a model switch moves them).
-            live, hits = await search_live(pool, services, query, limit, tenant)
-        return [
-            {"score": round(h.score, 4), **h.payload, "vector_collection": live.vector_collection}
-            for h in hits
-        ]
+            return await run_search(
+                pool, services, query, limit, mode=mode, collection=tenant, filters=within,
+                principals=caller,
+            )  # fmt: skip
 
-    hits = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    found = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    if found.note:  # a reranker is configured but did not answer: fused order
+        click.echo(f"ragline: search: {found.note}", err=True)
     if as_json:
-        click.echo(json.dumps(hits))
+        where = {
+            "vector_collection": found.vector_collection,
+            "mode": found.mode,
+            "reranked": found.reranked,
+        }
+        click.echo(json.dumps([{**msgspec.to_builtins(h), **where} for h in found.hits]))
         return
-    if not hits:
+    if not found.hits:
         click.echo("no results (nothing indexed with this embedding model yet?)", err=True)
-    for h in hits:
-        text = " ".join(str(h.get("text", "")).split())
+    for h in found.hits:
+        text = " ".join(h.text.split())
         # Formats without pages: "p." counts sections, and the section label follows.
-        section = f" · {escape_name(str(h['section']))}" if h.get("section") else ""
+        section = f" · {escape_name(h.section)}" if h.section else ""
         click.echo(
-            f"{h['score']:.3f}  {escape_name(str(h.get('filename')))}  p.{h.get('page_start')}"
-            f"-{h.get('page_end')}{section}  {h.get('document_id')}\n    {text[:200]}"
+            f"{h.score:.3f}  {escape_name(h.filename)}  p.{h.page_start}-{h.page_end}"
+            f"{section}  {h.document_id}\n    {text[:200]}"
         )
 
 
@@ -227,3 +267,65 @@ def verify_cmd(app: App, repair: bool, collection: str | None, as_json: bool) ->
                 + (f" -> {sp.repair}" if sp.repair else "")
             )
     sys.exit(EXIT_OK if report.clean else EXIT_FAILED)
+
+
+@click.command("metadata")
+@click.argument("documents", nargs=-1, required=True)
+@click.option("--set", "pairs", multiple=True, metavar="KEY=VALUE", help="Set a key (repeat).")
+@click.option("--unset", "keys", multiple=True, metavar="KEY", help="Remove a key (repeat).")
+@click.option("--replace", is_flag=True, help="Replace the metadata whole with the --set ones.")
+@click.option(
+    "--readers",
+    metavar="P1,P2",
+    help="Only callers with one of these principals may read them (search, API, events, "
+    "web view); an empty value: only tokens without principals.",
+)
+@click.option("--everyone", is_flag=True, help="Every caller may read them (the default).")
+@scope_option
+@json_option
+@click.pass_obj
+def metadata_cmd(
+    app: App,
+    documents: tuple[str, ...],
+    pairs: tuple[str, ...],
+    keys: tuple[str, ...],
+    replace: bool,
+    readers: str | None,
+    everyone: bool,
+    collection: str | None,
+    as_json: bool,
+) -> None:
+    """Show or change what is said about documents: their metadata (the key/values search
+    filters on with --meta) and their readers (who may read them). Both live in
+    PostgreSQL only: a change re-embeds nothing and writes nothing to the index; the next
+    search sees it."""
+    from stages.actions import metadata as about
+
+    ids = parse_ids(documents)
+    tenant = None if collection is None else checked_collection(collection)
+    if readers is not None and everyone:
+        raise click.UsageError("give --readers or --everyone, not both")
+    values: dict[str, Any] = dict(guarded(lambda: filters_of(metadata=pairs)).metadata or {})
+    values.update(dict.fromkeys(keys))
+    names = None if readers is None else [r.strip() for r in readers.split(",") if r.strip()]
+
+    async def go(dsn: str) -> dict[Any, Any]:
+        async with open_pool(dsn) as pool:
+            if values or replace:
+                await about.set_metadata(pool, ids, values, replace=replace, collection=tenant)
+            if names is not None or everyone:
+                await about.set_readers(pool, ids, names, collection=tenant)
+            found = await search_db.about_documents(pool, ids, tenant)
+        missing = [str(d) for d in ids if d not in found]
+        if missing:
+            raise MissingInput(f"metadata: no such document: {', '.join(missing)}")
+        return found
+
+    found = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    if as_json:
+        click.echo(json.dumps({str(k): msgspec.to_builtins(v) for k, v in found.items()}))
+        return
+    for doc in ids:
+        readers_line = "everyone" if found[doc].readers is None else ",".join(found[doc].readers)
+        metadata = json.dumps(found[doc].metadata, ensure_ascii=False)
+        click.echo(f"{doc}  {metadata}  readers: {readers_line or '(tokens without principals)'}")

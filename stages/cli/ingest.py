@@ -1,4 +1,4 @@
-"""``ingest``: submit PDFs, then run every stage in this process until they are done."""
+"""``ingest``: submit documents, then run every stage in this process until they are done."""
 
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ from stages.cli.submit import (
     Refused,
     expand,
     force_option,
+    labels_from,
+    labels_options,
     report_refused,
     report_skipped,
     submit_paths,
@@ -85,6 +87,7 @@ def summarize(docs: Sequence[Document], refused: list[Refused], interrupted: boo
 @click.argument("paths", nargs=-1, required=True)
 @force_option
 @collection_option
+@labels_options
 @json_option
 @click.option(
     "--progress/--no-progress",
@@ -97,6 +100,8 @@ def ingest(
     paths: tuple[str, ...],
     force: bool,
     collection: str,
+    metadata: tuple[str, ...],
+    readers: str | None,
     as_json: bool,
     progress: bool | None,
 ) -> None:
@@ -113,6 +118,7 @@ def ingest(
     options = msgspec.structs.replace(app.worker, stages=None)
     config = guarded(lambda: worker_config(app.plugin, options))
     collection = checked_collection(collection)
+    labels = labels_from(metadata, readers)
     expanded = expand(paths)
     files, refused = expanded.files, expanded.refused
     show = progress if progress is not None else sys.stderr.isatty()
@@ -121,7 +127,7 @@ def ingest(
     async def go(dsn: str) -> IngestSummary:
         worker = Worker(pipeline_for(services), dsn, config)
         async with open_pool(dsn) as pool:
-            done, more = await submit_paths(pool, services, files, force, collection)
+            done, more = await submit_paths(pool, services, files, force, collection, labels)
             report_refused(more)
             ids = list(dict.fromkeys(d.document_id for d in done))
             finished = await run_until_done(worker, pool, ids, show)

@@ -46,10 +46,21 @@ def describe(p: Progress) -> str:
 @click.argument("model", required=False)
 @click.option("--cancel", is_flag=True, help="Give up the unfinished migration (before its swap).")
 @click.option("--status", "show", is_flag=True, help="Show the migration's progress and exit.")
+@click.option(
+    "--rebuild",
+    is_flag=True,
+    help="Rebuild the live model's vector collection with today's layout (its keyword "
+    "side for hybrid search), from the cached vectors: no embedding call.",
+)
 @json_option
 @click.pass_obj
 def migrate_model(
-    app: App, model: str | None, as_json: bool, cancel: bool = False, show: bool = False
+    app: App,
+    model: str | None,
+    as_json: bool,
+    cancel: bool = False,
+    show: bool = False,
+    rebuild: bool = False,
 ) -> None:
     """Switch search to embedding model MODEL (``local`` or ``cohere/<model>@<dims>``)
     without a half-built index.
@@ -60,8 +71,8 @@ def migrate_model(
     Killed midway, the same command resumes where it was. Also run as
     ``reprocess --from embed --model MODEL``.
     """
-    if sum((bool(model), cancel, show)) != 1:
-        raise click.UsageError("give MODEL, --cancel or --status (one of them)")
+    if sum((bool(model), cancel, show, rebuild)) != 1:
+        raise click.UsageError("give MODEL, --rebuild, --cancel or --status (one of them)")
 
     async def go(dsn: str) -> dict[str, Any] | None:
         from stages.actions import migrate_model as mm
@@ -80,7 +91,9 @@ def migrate_model(
                 if not as_json:
                     click.echo(describe(p), err=True)
 
-            done = await mm.migrate(pool, services, model or "", on_progress=report)
+            done = await mm.migrate(
+                pool, services, model or "", rebuild=rebuild, on_progress=report
+            )
             out: dict[str, Any] = msgspec.to_builtins(done)
             return out
 

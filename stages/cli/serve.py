@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 import click
 
@@ -62,7 +67,9 @@ def serve(
 
     Uploads are stored and queued; workers (`ragline` with no command) process them in
     their own processes. Tokens come from RAGLINE_API_TOKENS (comma-separated; never a
-    flag, so they stay out of `ps`). Without tokens it binds only to a loopback address.
+    flag, so they stay out of `ps`), each TOKEN (reads everything) or TOKEN:alice+team
+    (reads documents without readers or with one of those principals). Without tokens
+    it binds only to a loopback address.
     It answers only the hosts it serves, and a browser may write only from its own pages
     (Origin checked, CSRF token): see docs/serve.md, "Security".
     """
@@ -81,7 +88,38 @@ def serve(
         )
         app.with_database(lambda dsn: run_server(app, config, dsn))
 
-    guarded(body)
+    with sigterm_unwinds():
+        guarded(body)
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the main thread is, as Ctrl-C raises KeyboardInterrupt."""
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM unwinds the command as SIGINT does, so what it set up is undone (its
+    registration as a user of the embedded PostgreSQL, the cluster itself when it was the
+    last user); then the process dies by the signal, as service managers expect.
+
+    uvicorn catches SIGTERM while it serves, shuts down gracefully, puts this handler back
+    and raises the signal again: it lands here. Without this handler Python's default
+    would end the process at once, skipping every ``finally``.
+    """
+
+    def raise_terminated(_signum: int, _frame: FrameType | None) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    except Terminated:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_server(app: App, config: ServeConfig, dsn: str) -> None:

@@ -291,3 +291,11 @@ def vectors_of(data: Sequence[bytes | None]) -> list[Vector | None]:
 
 async def documents_missing_model(db: Reader, model: str) -> list[uuid.UUID]:
     return [r["id"] for r in await db.fetch(Q["documents_missing_model"], model)]
+
+
+# -- search: which generation answers ---------------------------------------------------
+
+
+async def mark_indexed(conn: DbConn, document_id: uuid.UUID, generation: int) -> None:
+    """In the index job's commit: this generation's points now answer search."""
+    await conn.execute(Q["mark_indexed"], document_id, generation)

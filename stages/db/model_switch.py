@@ -177,6 +177,18 @@ def target_of(services: Services, key: str) -> Live:
     )
 
 
+#: The other name a rebuilt vector collection takes (a rebuild alternates between two).
+REBUILT_SUFFIX = "_rebuilt"
+
+
+def rebuilt(current: Live) -> Live:
+    """Where a rebuild of the live collection goes: the same model and dimension under
+    the name it does not have now (made with today's layout: its keyword side)."""
+    base = vector_collection_name(current.model, current.dimensions)
+    name = base + REBUILT_SUFFIX if current.vector_collection == base else base
+    return Live(model=current.model, dimensions=current.dimensions, vector_collection=name)
+
+
 # -- the migrator's queries ------------------------------------------------------------
 
 

@@ -4,6 +4,7 @@ checkpoint counts, upload keys."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 
 import msgspec
@@ -31,11 +32,24 @@ async def documents_page(
     stage: str | None,
     after: tuple[datetime, uuid.UUID] | None,
     limit: int,
+    principals: Sequence[str] | None = None,
 ) -> list[Document]:
-    """Documents newest first, filtered, after a cursor (the last of the previous page)."""
+    """Documents newest first, filtered, after a cursor (the last of the previous page);
+    with ``principals``, only those a caller with them may read."""
     at, last = after if after is not None else (None, None)
-    rows = await pool.fetch(Q["documents_page"], status, stage, at, last, limit)
+    readers = None if principals is None else list(principals)
+    rows = await pool.fetch(Q["documents_page"], status, stage, at, last, limit, readers)
     return [to_struct(Document, r) for r in rows]
+
+
+async def readable_copy(
+    pool: Pool, sha256: str, collection: str, principals: Sequence[str]
+) -> uuid.UUID | None:
+    """A document of these bytes in ``collection`` a caller with ``principals`` may read."""
+    found: uuid.UUID | None = await pool.fetchval(
+        Q["find_readable_copy"], sha256, collection, list(principals)
+    )
+    return found
 
 
 async def document_counts(pool: Pool, document_id: uuid.UUID, generation: int) -> DocumentCounts:
@@ -44,13 +58,25 @@ async def document_counts(pool: Pool, document_id: uuid.UUID, generation: int) -
     return to_struct(DocumentCounts, row)
 
 
-async def upload_key_document(pool: Pool, key: str) -> uuid.UUID | None:
-    """The document an Idempotency-Key created, if it still exists."""
-    found: uuid.UUID | None = await pool.fetchval(Q["find_upload_key"], key)
-    return found
+class UploadKey(msgspec.Struct, frozen=True, kw_only=True):
+    """What an Idempotency-Key answered: its document, and the request's content hash and
+    collection (a reuse with others is refused)."""
+
+    document_id: uuid.UUID
+    sha256: str
+    collection: str
 
 
-async def remember_upload_key(conn: DbConn, key: str, document_id: uuid.UUID) -> bool:
+async def upload_key(pool: Pool, key: str) -> UploadKey | None:
+    """What an Idempotency-Key answered, if its document still exists."""
+    row = await pool.fetchrow(Q["find_upload_key"], key)
+    return None if row is None else to_struct(UploadKey, row)
+
+
+async def remember_upload_key(conn: DbConn, key: str, answered: UploadKey) -> bool:
     """Record the key in the upload's own transaction; False when a concurrent upload
     with the same key committed first."""
-    return await conn.fetchval(Q["insert_upload_key"], key, document_id) is not None
+    found = await conn.fetchval(
+        Q["insert_upload_key"], key, answered.document_id, answered.sha256, answered.collection
+    )
+    return found is not None

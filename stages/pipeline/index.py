@@ -23,9 +23,11 @@ from stages.ports.vector_index import (
     COLLECTION_FIELD,
     DOCUMENT_FIELD,
     GENERATION_FIELD,
+    Keywords,
     Point,
     point_ids,
 )
+from stages.text.keywords import text_vector
 
 #: Points read, built and written at a time: an index job's memory does not grow with
 #: its document (bench.ingest's two 2,415-page manuals have ~9,000 points each).
@@ -178,6 +180,7 @@ class IndexStage:
         """The points are written; the engine marks the document ready in this commit,
         after checking no model switch moved search elsewhere meanwhile."""
         await model_switch.confirm_written(conn, output.collections)
+        await checkpoints.mark_indexed(conn, job.document_id, job.generation)
         if output.migration_id is not None:
             await model_switch.mark_migrated(
                 conn, output.migration_id, job.document_id, job.generation, output.points
@@ -214,10 +217,12 @@ def document_points(
     generation: int,
     filename: str,
     tenant: str = DEFAULT_COLLECTION,
+    keywords: bool = True,
 ) -> list[Point]:
-    """The document's points, as :func:`stages.ports.vector_index.new_point` builds them, in one
-    pass: ids from one hash state, the per-document fields computed once, one dict each
-    (this runs once per chunk on the throughput path)."""
+    """The document's points, as :func:`stages.ports.vector_index.new_point` builds them
+    with their keywords (unless not ``keywords``), in one pass: ids from one hash state,
+    the per-document fields computed once, one dict each (this runs once per chunk on
+    the throughput path)."""
     document = str(document_id)
     ids = point_ids(document_id, [r.ordinal for r in rows])
     points = [
@@ -235,6 +240,7 @@ def document_points(
                 GENERATION_FIELD: generation,
                 COLLECTION_FIELD: tenant,
             },
+            keywords=Keywords(*text_vector(r.text)) if keywords else None,
         )
         for point, r in zip(ids, rows, strict=True)
     ]

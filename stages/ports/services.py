@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from stages.parsing.process import ParserProcess
     from stages.ports.assets import AssetStore
     from stages.ports.embedder import Embedder
+    from stages.ports.reranker import Reranker
     from stages.ports.vector_index import VectorIndex
     from stages.ports.vision import VisionModel
     from stages.text.tokens import TokenCounter
@@ -60,6 +61,16 @@ class Services(Protocol):
 
     @property
     def index(self) -> VectorIndex: ...
+
+    @property
+    def reranker(self) -> Reranker | None:
+        """Search's reranker (``RAGLINE_RERANK``); None: the fused order stands."""
+        ...
+
+    @property
+    def rerank_provider(self) -> ProviderSpec | None:
+        """The reranker and its fleet-wide budget; None without one."""
+        ...
 
     @property
     def parser(self) -> ParserProcess: ...

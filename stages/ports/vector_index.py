@@ -22,7 +22,9 @@ from runtime.api import MissingInput
 
 __all__ = [
     "Hit",
+    "Keywords",
     "Point",
+    "Query",
     "VectorIndex",
     "new_point",
     "point_id",
@@ -37,6 +39,17 @@ POINT_NAMESPACE = uuid.UUID("5b0c3f47-2a7e-4d3c-9a55-2f1f6f0c9e11")
 DOCUMENT_FIELD = "document_id"
 #: Payload field holding the generation that wrote the point.
 GENERATION_FIELD = "generation"
+#: The keyword side's name in the vector collection (a sparse vector with the IDF modifier).
+KEYWORDS_VECTOR = "keywords"
+#: Hybrid fusion's weights of the dense and keyword sides (measured with
+#: ``python -m bench.retrieval``: docs/retrieval.md, "Fusion").
+FUSION_WEIGHTS = (0.35, 0.65)
+#: A keyword side is sure of its best when it scores at least this many times its second:
+#: that point stays first (an identifier's exact hit is not outvoted by the middle).
+SURE_RATIO = 1.2
+#: How many of each side's best a hybrid search fuses, at least (and 4 x the limit).
+FUSION_DEPTH = 50
+
 #: Payload field holding the document's collection (tenant); see :mod:`stages.ports.collections`.
 #: Points written before collections existed have none and belong to ``default``.
 COLLECTION_FIELD = "collection"
@@ -50,6 +63,14 @@ SCROLL_PAGE = 1000
 _COLLECTION = re.compile(r"[a-z0-9_-]{1,200}")
 
 
+class Keywords(msgspec.Struct, frozen=True):
+    """A sparse vector of keyword weights (:mod:`stages.text.keywords`): the keyword side
+    of hybrid search, scored by the index with inverse document frequency."""
+
+    indices: list[int]
+    values: list[float]
+
+
 class Point(msgspec.Struct, frozen=True):
     """One vector with its payload; ``payload`` must hold ``document_id`` and ``generation``."""
 
@@ -57,6 +78,27 @@ class Point(msgspec.Struct, frozen=True):
     #: A list, or the cache's ``array('f')`` (:func:`stages.db.checkpoints.vectors_of`).
     vector: Sequence[float]
     payload: dict[str, Any]
+    #: The chunk's keywords (None: a point without a keyword side).
+    keywords: Keywords | None = None
+
+
+class Query(msgspec.Struct, frozen=True, kw_only=True):
+    """What a search asks: the query's dense vector, its keywords, or both (hybrid:
+    the two rankings fused by score, :func:`fuse`)."""
+
+    vector: Sequence[float] | None = None
+    keywords: Keywords | None = None
+    #: Weights of the dense and keyword rankings in the fusion.
+    weights: tuple[float, float] = FUSION_WEIGHTS
+    #: Only points of these documents (ids as text; None: any). PostgreSQL answers a
+    #: search's filters; the index only narrows to the documents they allow.
+    documents: tuple[str, ...] | None = None
+
+    @property
+    def mode(self) -> str:
+        if self.vector is not None and self.keywords is not None:
+            return "hybrid"
+        return "dense" if self.vector is not None else "keyword"
 
 
 class Hit(msgspec.Struct):
@@ -148,13 +190,16 @@ class VectorIndex(Protocol):
     async def search(
         self,
         vector_collection: str,
-        vector: Sequence[float],
+        query: Query,
         limit: int,
         *,
         tenant: str | None = None,
     ) -> list[Hit]:
-        """The ``limit`` points nearest to ``vector``, nearest first; only points of the
-        ``tenant`` collection (payload field ``collection``) when one is given."""
+        """The ``limit`` best points for ``query``, best first: nearest to its vector,
+        best by its keywords (BM25), or both fused; only points of the ``tenant``
+        collection (payload field ``collection``) when one is given. A vector collection
+        made before keyword search raises :class:`runtime.api.MissingInput` for a query
+        with keywords (saying how to rebuild it)."""
         ...
 
     async def drop_vector_collection(self, name: str) -> None:
@@ -264,3 +309,62 @@ def batches(points: Sequence[Point], size: int) -> Iterator[Sequence[Point]]:
 
 def missing_vector_collection(name: str) -> MissingInput:
     return MissingInput(f"vector collection {name!r} does not exist (nothing indexed yet?)")
+
+
+# -- hybrid search -------------------------------------------------------------------------
+
+
+def side_depth(query: Query, limit: int) -> int:
+    """How many of each side's best to ask for: ``limit`` for one side, more to fuse."""
+    return max(FUSION_DEPTH, 4 * limit) if query.mode == "hybrid" else limit
+
+
+def fuse(dense: Sequence[Hit], keyword: Sequence[Hit], query: Query, limit: int) -> list[Hit]:
+    """Score fusion of the two rankings (one code path for every index). A point scores
+    ``w_dense × its cosine scaled over the dense list (best 1, last 0) + w_keyword × its
+    BM25 over the keyword list's best``: the keyword side keeps how sure it is, where a
+    cosine's range is narrow and only its order means much. And when the keyword side is
+    sure of its best (alone, or :data:`SURE_RATIO` × its second), that point comes first.
+    Why not reciprocal rank fusion: docs/retrieval.md, "Fusion"."""
+    w_dense, w_keyword = query.weights
+    scores: dict[uuid.UUID, float] = {}
+    first: dict[uuid.UUID, Hit] = {}
+    for hit, share in _scaled(dense, floor=True):
+        scores[hit.id] = w_dense * share
+        first[hit.id] = hit
+    for hit, share in _scaled(keyword, floor=False):
+        scores[hit.id] = scores.get(hit.id, 0.0) + w_keyword * share
+        first.setdefault(hit.id, hit)
+    order = sorted(scores, key=lambda point: -scores[point])
+    if _sure(keyword):
+        best = keyword[0].id
+        order = [best, *(p for p in order if p != best)]
+    return [Hit(id=p, score=scores[p], payload=first[p].payload) for p in order[:limit]]
+
+
+def _scaled(ranking: Sequence[Hit], *, floor: bool) -> list[tuple[Hit, float]]:
+    """Each hit with its score over the list's best (1); with ``floor``, from the list's
+    last (0) to its best."""
+    if not ranking:
+        return []
+    top = ranking[0].score
+    low = ranking[-1].score if floor else 0.0
+    span = top - low
+    return [(h, (h.score - low) / span if span > 0 else 1.0) for h in ranking]
+
+
+def _sure(keyword: Sequence[Hit]) -> bool:
+    if len(keyword) == 1:
+        return True
+    return (
+        len(keyword) > 1
+        and keyword[1].score > 0
+        and keyword[0].score >= SURE_RATIO * keyword[1].score
+    )
+
+
+def no_keywords(vector_collection: str) -> MissingInput:
+    return MissingInput(
+        f"vector collection {vector_collection} was built before keyword search: rebuild "
+        "it with `ragline migrate-model --rebuild` (no embedding calls), or search --mode dense"
+    )

@@ -13,6 +13,7 @@ from litestar.exceptions import HTTPException
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.openapi.spec import Components, SecurityScheme
 from litestar.static_files import create_static_files_router
 
 from runtime.api import EventHub, open_pool
@@ -20,6 +21,7 @@ from stages.serve import http_api as api
 from stages.serve import ops, web
 from stages.serve import sse as events
 from stages.serve.auth import TokenAuth
+from stages.serve.config import api_tokens
 from stages.serve.context import ServeContext
 from stages.serve.guard import RequestGuard, allowed_hosts
 from stages.serve.problems import on_http_error, on_unexpected
@@ -39,6 +41,24 @@ async def lifespan(app: Litestar) -> AsyncIterator[None]:
                 yield
             finally:
                 tg.cancel_scope.cancel()
+
+
+def openapi_config(tokens: bool) -> OpenAPIConfig:
+    """The schema at ``/v1/schema``; with tokens, every operation but the probes (which
+    say ``security: []``) needs the bearer token."""
+    bearer = {
+        "security": [{"bearer": []}],
+        "components": Components(
+            security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}
+        ),
+    }
+    return OpenAPIConfig(
+        title="ragline",
+        version="1",
+        path="/v1/schema",
+        render_plugins=[SwaggerRenderPlugin()],
+        **(bearer if tokens else {}),  # type: ignore[arg-type]
+    )
 
 
 def build_app(ctx: ServeContext) -> Litestar:
@@ -66,15 +86,10 @@ def build_app(ctx: ServeContext) -> Litestar:
                 trusted_origins=ctx.config.cors_origins,
                 secret=ctx.csrf,
             ),
-            DefineMiddleware(TokenAuth, tokens=ctx.config.tokens),
+            DefineMiddleware(TokenAuth, tokens=api_tokens(ctx.config.tokens)),
         ],
         exception_handlers={HTTPException: on_http_error, Exception: on_unexpected},
-        openapi_config=OpenAPIConfig(
-            title="ragline",
-            version="1",
-            path="/v1/schema",
-            render_plugins=[SwaggerRenderPlugin()],
-        ),
+        openapi_config=openapi_config(bool(ctx.config.tokens)),
         cors_config=cors,
         request_max_body_size=1 << 20,
         debug=False,

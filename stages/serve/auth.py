@@ -4,6 +4,13 @@ Tokens come from ``RAGLINE_API_TOKENS``; every candidate is compared in constant
 (``hmac.compare_digest`` against each configured token, no early exit). With no tokens
 configured (only allowed on a loopback address, see :mod:`stages.serve.config`)
 everything is open. Health probes and the static files are always open.
+
+A token names its caller (:class:`Caller`): ``TOKEN`` one who may read every document,
+``TOKEN:alice+team`` one who may read documents without readers and those whose readers
+include alice or team. The middleware puts the caller in the request's scope
+(:func:`caller_of`); the cookie holds the token itself, so the web view's caller is the
+same. A request that reached a handler without passing the check (none should) is
+treated as a caller with no principals, never as one who may read everything.
 """
 
 from __future__ import annotations
@@ -11,12 +18,14 @@ from __future__ import annotations
 import hmac
 from collections.abc import Sequence
 from http.cookies import SimpleCookie
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import msgspec
+from litestar import Request
 from litestar.types import ASGIApp, Receive, Scope, Send
 
+from stages.serve.config import ApiToken
 from stages.serve.problems import PROBLEM_JSON, Problem
 
 COOKIE = "ragline_token"
@@ -24,14 +33,57 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz", "/login", "/favicon.ico"})
 OPEN_PREFIXES = ("/static/",)
 
 
-def token_ok(candidate: str | None, tokens: Sequence[str]) -> bool:
+#: Where the middleware leaves the caller in the ASGI scope.
+_CALLER = "ragline.caller"
+
+
+class Caller(msgspec.Struct, frozen=True):
+    """Who asks: ``principals`` None may read every document; else only documents without
+    readers and those whose readers include one of them (the rule search applies in
+    PostgreSQL, ``schema/queries/search.sql``)."""
+
+    principals: tuple[str, ...] | None = None
+
+    @property
+    def restricted(self) -> bool:
+        return self.principals is not None
+
+    def may_read(self, readers: Sequence[str] | None) -> bool:
+        if self.principals is None or readers is None:
+            return True
+        return not set(readers).isdisjoint(self.principals)
+
+
+#: A caller who may read everything: no tokens configured, or a token without principals.
+EVERYONE = Caller()
+#: What a request that never passed the token check counts as: documents without readers.
+NOBODY = Caller(())
+
+
+def token_match(candidate: str | None, tokens: Sequence[ApiToken]) -> ApiToken | None:
+    """The configured token ``candidate`` is, compared with every one in constant time."""
     if candidate is None:
-        return False
+        return None
     given = candidate.encode()
-    ok = False
+    found = None
     for token in tokens:
-        ok |= hmac.compare_digest(given, token.encode())
-    return ok
+        if hmac.compare_digest(given, token.secret.encode()):
+            found = token
+    return found
+
+
+def token_ok(candidate: str | None, tokens: Sequence[ApiToken]) -> bool:
+    return token_match(candidate, tokens) is not None
+
+
+def caller_of(request: Request[Any, Any, Any]) -> Caller:
+    """The caller the middleware found for this request."""
+    found = cast("dict[str, Any]", request.scope).get(_CALLER)
+    return found if isinstance(found, Caller) else NOBODY
+
+
+def _let_in(scope: Scope, caller: Caller) -> None:
+    cast("dict[str, Any]", scope)[_CALLER] = caller
 
 
 def _headers(scope: Scope) -> dict[bytes, bytes]:
@@ -63,19 +115,25 @@ def presented_cookie(header: str | None) -> str | None:
 class TokenAuth:
     """ASGI middleware: 401 problem for the API, a redirect to /login for pages."""
 
-    def __init__(self, app: ASGIApp, tokens: Sequence[str]) -> None:
+    def __init__(self, app: ASGIApp, tokens: Sequence[ApiToken]) -> None:
         self.app = app
         self.tokens = tuple(tokens)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or not self.tokens:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        if not self.tokens:
+            _let_in(scope, EVERYONE)
             await self.app(scope, receive, send)
             return
         path = scope["path"]
         if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
             await self.app(scope, receive, send)
             return
-        if token_ok(presented_token(scope), self.tokens):
+        found = token_match(presented_token(scope), self.tokens)
+        if found is not None:
+            _let_in(scope, Caller(found.principals))
             await self.app(scope, receive, send)
             return
         if path.startswith("/v1/") or path == "/metrics":

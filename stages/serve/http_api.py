@@ -1,20 +1,36 @@
 """The JSON API under ``/v1``: documents, retry, reprocess, search, stages.
 
 Documents carry the names ``status --json`` uses (``id``, ``filename``, ``status``,
-``stage``, ...); search hits the fields of ``search --json``.
+``stage``, ...); search hits the fields of ``search --json``, and search takes the
+filters of ``search``'s options, by the same names. Every route answers a caller with
+principals only about documents it may read (:mod:`stages.serve.access`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import re
 import uuid
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import (
+    OpenAPIFormat,
+    OpenAPIMediaType,
+    OpenAPIType,
+    Operation,
+    RequestBody,
+    Schema,
+)
+from litestar.openapi.spec import Parameter as ParameterSpec
 from litestar.params import Parameter
 
 from runtime.api import (
@@ -30,17 +46,21 @@ from runtime.api import (
 )
 from stages.actions import documents
 from stages.actions.documents import Reprocessing
-from stages.actions.search import search_live
+from stages.actions.search import MODES, Answer, Filters, filters_of, search
 from stages.db import model_switch
 from stages.db import serve as serve_db
+from stages.pipeline import STAGES
 from stages.ports.collections import check_collection_name
-from stages.serve import uploads
+from stages.serve import access, uploads
+from stages.serve.auth import Caller, caller_of
 from stages.serve.context import ServeContext, document_id
-from stages.serve.problems import problem
+from stages.serve.problems import problem, problems
 
 STATUSES = ("pending", "processing", "ready", "failed")
 MAX_PAGE = 500
 MAX_K = 100
+#: A collection name as ``check_collection_name`` takes it (the OpenAPI schema's pattern).
+COLLECTION = "^[a-z0-9][a-z0-9_-]{0,62}$"
 
 
 class DocumentOut(msgspec.Struct, kw_only=True):
@@ -103,12 +123,17 @@ class Accepted(msgspec.Struct, kw_only=True):
 
 
 class ReprocessRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    from_: str = msgspec.field(name="from")
+    #: The stage to run again from (the schema's enum; the action checks it, saying so).
+    from_: Annotated[str, msgspec.Meta(extra_json_schema={"extra": {"enum": list(STAGES)}})] = (
+        msgspec.field(name="from")
+    )
     ids: list[uuid.UUID] | None = None
     all: bool = False
     model: str | None = None
     #: Only documents of this collection (ids of others count as missing).
-    collection: str | None = None
+    collection: (
+        Annotated[str, msgspec.Meta(extra_json_schema={"extra": {"pattern": COLLECTION}})] | None
+    ) = None
 
 
 class Requeued(msgspec.Struct, kw_only=True):
@@ -140,16 +165,27 @@ def encode_cursor(d: DocumentOut) -> str:
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    """The (created_at, id) a cursor names; 400 for anything :func:`encode_cursor` would
+    not have written, including a time without a zone or one that leaves the range of
+    dates once in UTC (PostgreSQL would refuse it: a 500 before)."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         at, _, doc = raw.partition("|")
-        return datetime.fromisoformat(at), uuid.UUID(doc)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
+        when = datetime.fromisoformat(at)
+        if when.tzinfo is None:
+            raise ValueError("no time zone")
+        return when.astimezone(UTC), uuid.UUID(doc)
+    except (ValueError, OverflowError, binascii.Error, UnicodeDecodeError):
         raise problem(400, "cursor is not one this API returned") from None
 
 
 async def query_documents(
-    ctx: ServeContext, status: str | None, stage: str | None, limit: int, cursor: str | None
+    ctx: ServeContext,
+    caller: Caller,
+    status: str | None,
+    stage: str | None,
+    limit: int,
+    cursor: str | None,
 ) -> DocumentPage:
     if status is not None and status not in STATUSES:
         raise problem(400, f"status must be one of {', '.join(STATUSES)}")
@@ -157,14 +193,20 @@ async def query_documents(
         raise problem(400, f"stage must be one of {', '.join(ctx.stage_names)}")
     after = decode_cursor(cursor) if cursor else None
     found = await serve_db.documents_page(
-        ctx.pool, status=status, stage=stage, after=after, limit=limit + 1
+        ctx.pool,
+        status=status,
+        stage=stage,
+        after=after,
+        limit=limit + 1,
+        principals=caller.principals,
     )
     docs = [DocumentOut.of(d) for d in found[:limit]]
     more = len(found) > limit
     return DocumentPage(documents=docs, next_cursor=encode_cursor(docs[-1]) if more else None)
 
 
-async def document_detail(ctx: ServeContext, doc_id: uuid.UUID) -> DocumentDetail:
+async def document_detail(ctx: ServeContext, caller: Caller, doc_id: uuid.UUID) -> DocumentDetail:
+    await readable(ctx, caller, doc_id)
     t = await timeline(ctx.pool, doc_id)
     if t is None:
         raise problem(404, f"no document {doc_id}")
@@ -185,29 +227,240 @@ async def _points(ctx: ServeContext, doc_id: uuid.UUID) -> int | None:
         return None
 
 
-async def run_reprocess(ctx: ServeContext, body: ReprocessRequest) -> Reprocessing:
+async def readable(ctx: ServeContext, caller: Caller, doc_id: uuid.UUID) -> None:
+    """404 for a document the caller may not read: the answer a missing one gets."""
+    if not await access.may_read(ctx.pool, caller, doc_id):
+        raise problem(404, f"no document {doc_id}")
+
+
+async def run_reprocess(ctx: ServeContext, caller: Caller, body: ReprocessRequest) -> Reprocessing:
+    """Reprocess as asked; a caller with principals only by ids, and the documents it may
+    not read count as missing."""
     tenant = None if body.collection is None else checked_collection(body.collection)
+    ids, hidden = list(body.ids or ()), []
+    if caller.restricted:
+        if body.all or body.model:
+            raise problem(403, "a token with principals reprocesses documents by id only")
+        unseen = await access.hidden(ctx.pool, caller, ids)
+        ids, hidden = [d for d in ids if d not in unseen], [d for d in ids if d in unseen]
+        if hidden and not ids:  # nothing it may touch: all of them missing, to it
+            if body.from_ not in STAGES:
+                raise problem(400, f"'from' must be one of {', '.join(STAGES)}")
+            return Reprocessing(reprocessing=[], missing=hidden)
     try:
-        return await documents.reprocess(
+        done = await documents.reprocess(
             ctx.pool,
             body.from_,
-            ids=body.ids or (),
+            ids=ids,
             every=body.all,
             missing_model=body.model,
             collection=tenant,
         )
     except documents.InvalidRequest as exc:
         raise problem(400, exc.message) from None
+    if not hidden:
+        return done
+    return Reprocessing(reprocessing=done.reprocessing, missing=[*done.missing, *hidden])
+
+
+_UUID = Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.UUID)
+
+
+class SearchWords(msgspec.Struct, frozen=True, kw_only=True):
+    """Search's filters as a query string gives them (the names of ``search``'s options;
+    blanks, as an HTML form sends for an empty field, are no filter)."""
+
+    document: tuple[str, ...] = ()
+    source: str | None = None
+    path: str | None = None
+    type: tuple[str, ...] = ()
+    since: str | None = None
+    until: str | None = None
+    meta: tuple[str, ...] = ()
+    pages: str | None = None
+    section: str | None = None
+
+
+NO_WORDS = SearchWords()
+
+#: What the upload's ``readers`` and ``meta`` take (query parameters or multipart fields).
+READERS = (
+    "Who may read the document: principals, comma-separated (`*`: every caller). "
+    "Not given: every caller, or for a token with principals, its principals."
+)
+META = "The document's metadata: `KEY=VALUE` (repeat)."
+#: Who is refused a reprocess.
+REPROCESS_403 = (
+    "a browser's write from another origin or without the CSRF token, or `all` or `model` "
+    "asked by a token with principals"
+)
+#: ``pages`` as the API takes it: ``7``, ``3-9``, ``3-`` or ``-9``.
+PAGES = "^[0-9]*(-[0-9]*)?$"
+_PAGES = re.compile(PAGES)
+
+
+def search_words(
+    document: Annotated[
+        list[str] | None,
+        Parameter(description="Only this document (repeat)", schema_extra={"items": _UUID}),
+    ] = None,
+    source: Annotated[
+        str | None,
+        Parameter(description="Only documents of this sync source (its folder or s3://…)"),
+    ] = None,
+    path: Annotated[
+        str | None,
+        Parameter(
+            description="Only documents whose path in their source (or whose file name) "
+            "starts with this"
+        ),
+    ] = None,
+    media_type: Annotated[
+        list[str] | None,
+        Parameter(
+            query="type",
+            description="Only documents of this media type, e.g. application/pdf (repeat)",
+        ),
+    ] = None,
+    since: Annotated[
+        str | None,
+        Parameter(
+            description="Only documents dated from this day or time (ISO; UTC without a "
+            "zone; the file's modification time, else when it was submitted)"
+        ),
+    ] = None,
+    until: Annotated[
+        str | None, Parameter(description="Only documents dated before this day or time")
+    ] = None,
+    meta: Annotated[
+        list[str] | None,
+        Parameter(
+            description="Only documents whose metadata has this value: KEY=VALUE "
+            "(repeat: all must hold)"
+        ),
+    ] = None,
+    pages: Annotated[
+        str | None,
+        Parameter(
+            description="Only chunks on these pages: 7, 3-9, 3- or -9",
+            schema_extra={"pattern": PAGES},
+        ),
+    ] = None,
+    section: Annotated[
+        str | None,
+        Parameter(description="Only chunks of a section whose label starts with this"),
+    ] = None,
+) -> SearchWords:
+    """Search's filter parameters (the API's and the web view's search page)."""
+    return SearchWords(
+        document=tuple(document or ()),
+        source=source,
+        path=path,
+        type=tuple(media_type or ()),
+        since=since,
+        until=until,
+        meta=tuple(meta or ()),
+        pages=pages,
+        section=section,
+    )
+
+
+def search_filters(words: SearchWords) -> Filters:
+    """:class:`Filters` from the query's words, or a 400 with the one line saying which
+    is wrong."""
+    given = msgspec.structs.asdict(words)
+    if any("\x00" in v for v in _texts(given.values())):
+        raise problem(400, "a search filter must not contain NUL characters")
+    if words.pages and not _PAGES.fullmatch(words.pages):
+        raise problem(400, f"pages: expected N, FIRST-LAST, FIRST- or -LAST, got {words.pages!r}")
+    try:
+        found = filters_of(
+            documents=_filled(words.document),
+            source=_source(words.source),
+            path_prefix=words.path or None,
+            media_types=_filled(words.type),
+            since=words.since or None,
+            until=words.until or None,
+            metadata=_filled(words.meta),
+            pages=words.pages or None,
+            section=words.section or None,
+        )
+    except ConfigurationError as exc:
+        raise problem(400, exc.message) from None
+    for name, when in (("since", found.since), ("until", found.until)):
+        if when is not None and not _in_range(when):
+            raise problem(400, f"{name}: out of the range of dates")
+    return found
+
+
+def _texts(values: Any) -> list[str]:
+    out: list[str] = []
+    for v in values:
+        out.extend(v if isinstance(v, tuple) else [v] if isinstance(v, str) else [])
+    return out
+
+
+def _filled(values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(v for v in values if v.strip())
+
+
+def _source(uri: str | None) -> str | None:
+    """A sync source's URI as ``sync`` keeps it: ``s3://…`` as given, a folder resolved."""
+    if not uri:
+        return None
+    return uri if "://" in uri else str(Path(uri).resolve())
+
+
+def _in_range(when: datetime) -> bool:
+    """Whether ``when`` is a time PostgreSQL can take (in UTC, still a datetime)."""
+    try:
+        when.astimezone(UTC)
+    except OverflowError:
+        return False
+    return True
 
 
 async def run_search(
-    ctx: ServeContext, q: str, k: int, collection: str | None = None
-) -> list[dict[str, Any]]:
+    ctx: ServeContext,
+    caller: Caller,
+    q: str,
+    k: int,
+    collection: str | None = None,
+    mode: str = MODES[0],
+    words: SearchWords = NO_WORDS,
+) -> list[Answer]:
     if not q.strip():
         raise problem(400, "q must not be empty")
+    if mode not in MODES:
+        raise problem(400, f"mode must be one of {', '.join(MODES)}")
     tenant = None if collection is None else checked_collection(collection)
-    _, hits = await search_live(ctx.pool, ctx.services, q, k, tenant)
-    return [{"score": round(h.score, 4), **h.payload} for h in hits]
+    within = search_filters(words)
+    try:
+        found = await search(
+            ctx.pool,
+            ctx.services,
+            q,
+            k,
+            mode=mode,
+            collection=tenant,
+            filters=within,
+            principals=caller.principals,
+        )
+    except MissingInput as exc:  # a vector collection without the keyword side
+        raise problem(409, exc.message) from None
+    return found.hits
+
+
+def upload_collection(given: str | None, field: str | None) -> str:
+    """The collection of an upload: ``?collection=`` (checked already), the multipart
+    field ``collection`` or ``default``. A bad field is a 400 even beside a good query
+    parameter, and so are the two naming different collections (neither silently wins)."""
+    named = checked_collection(field) if field else None
+    if given and named and given != named:
+        raise problem(
+            400, f"?collection={given} and the multipart field collection={named} disagree"
+        )
+    return given or named or "default"
 
 
 def checked_collection(name: str) -> str:
@@ -223,67 +476,185 @@ async def stages_overview(ctx: ServeContext) -> list[StageOut]:
     return [StageOut(**msgspec.structs.asdict(r)) for r in rows]
 
 
+_BINARY = Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY)
+
+#: What the upload route takes; it streams the body itself, so Litestar, which sees no
+#: ``data`` parameter, cannot describe it.
+UPLOAD_BODY = RequestBody(
+    required=True,
+    description="The file: multipart (field `file`, at most one; optional fields "
+    "`collection`, `readers`, `meta`) or the raw bytes (any type but multipart; name in "
+    "Content-Disposition).",
+    content={
+        "multipart/form-data": OpenAPIMediaType(
+            schema=Schema(
+                type=OpenAPIType.OBJECT,
+                required=["file"],
+                properties={
+                    "file": _BINARY,
+                    "collection": Schema(
+                        type=OpenAPIType.STRING,
+                        pattern=f"^$|{COLLECTION}",
+                        description="The collection (empty: `?collection=`'s, else `default`)",
+                    ),
+                    "readers": Schema(type=OpenAPIType.STRING, description=READERS),
+                    "meta": Schema(
+                        type=OpenAPIType.ARRAY,
+                        items=Schema(type=OpenAPIType.STRING),
+                        description=META,
+                    ),
+                },
+            )
+        ),
+        "application/octet-stream": OpenAPIMediaType(schema=_BINARY),
+    },
+)
+_DISPOSITION = ParameterSpec(
+    name="Content-Disposition",
+    param_in="header",
+    required=False,
+    schema=Schema(type=OpenAPIType.STRING),
+    description='A raw upload\'s file name: `attachment; filename="report.pdf"`.',
+)
+
+
+#: The upload's answers besides its 202.
+UPLOAD_ANSWERS = {
+    200: ResponseSpec(
+        Accepted,
+        description="The same bytes were already there, or the same request came with this "
+        "Idempotency-Key before",
+    ),
+    **problems(
+        *(400, 401, 403, 409, 413, 415, 422),
+        said={
+            400: "empty, a malformed multipart body, two `file`, `collection` or `readers` "
+            "parts, a bad collection, principal or metadata, or the query's and the form's "
+            "collections, readers or metadata disagreeing",
+            409: "the upload this Idempotency-Key answered was deleted meanwhile",
+            413: "over RAGLINE_MAX_UPLOAD_MB",
+            415: "not a type ragline reads",
+        },
+    ),
+}
+#: A document id in a path: anything but a UUID names no document (404).
+DOC_ID = Parameter(schema_extra={"format": "uuid"})
+
+
+@dataclass
+class UploadOperation(Operation):
+    """The upload's operation, with its request body and Content-Disposition header."""
+
+    def __post_init__(self) -> None:
+        self.request_body = UPLOAD_BODY
+        self.parameters = [*(self.parameters or []), _DISPOSITION]
+
+
 class DocumentsApi(Controller):
     path = "/v1"
     tags = ["documents"]  # noqa: RUF012 (litestar reads it as a class attribute)
 
-    @post("/documents", status_code=202, request_max_body_size=None)
+    @post(
+        "/documents",
+        status_code=202,
+        request_max_body_size=None,
+        operation_class=UploadOperation,
+        response_description="A new document, queued",
+        responses=UPLOAD_ANSWERS,
+    )
     async def upload(
         self,
         state: State,
         request: Request[Any, Any, Any],
-        idempotency_key: Annotated[str | None, Parameter(header="Idempotency-Key")] = None,
-        collection: str | None = None,
+        idempotency_key: Annotated[
+            str | None,
+            Parameter(header="Idempotency-Key", schema_extra={"pattern": "^[!-~]{1,200}$"}),
+        ] = None,
+        collection: Annotated[
+            str | None,
+            Parameter(
+                description="The collection (empty: the multipart field's, else `default`)",
+                schema_extra={"pattern": f"^$|{COLLECTION}"},
+            ),
+        ] = None,
+        readers: Annotated[str | None, Parameter(description=READERS)] = None,
+        meta: Annotated[list[str] | None, Parameter(description=META)] = None,
     ) -> Response[Accepted]:
-        """Upload a PDF: multipart (field ``file``) or a raw body (name in
+        """Upload a document: multipart (field ``file``) or a raw body (name in
         Content-Disposition), into ``collection`` (query parameter or multipart field;
-        default ``default``). 202 for a new document, 200 when the same bytes (or the
-        same Idempotency-Key) were already there."""
+        default ``default``), with ``readers`` and ``meta`` (query parameters or
+        multipart fields). 202 for a new document, 200 when the same bytes (or the same
+        Idempotency-Key) were already there: that document, unchanged."""
         ctx = ctx_of(state)
+        caller = caller_of(request)
         key = uploads.check_idempotency_key(idempotency_key)
+        given = checked_collection(collection) if collection else None  # before the body
+        said = uploads.readers_of(readers, "readers")
+        pairs = uploads.metadata_of(meta or (), "meta")
         headers = {k.lower(): v for k, v in request.headers.items()}
         spooled = await uploads.receive(
             request.stream(), headers, ctx.config.upload_dir, ctx.config.max_upload_bytes
         )
         try:
-            tenant = checked_collection(collection or spooled.collection or "default")
-            stored = await uploads.store(ctx.pool, ctx.services.assets, spooled, key, tenant)
+            upload = uploads.Upload(
+                spooled=spooled,
+                key=key,
+                collection=upload_collection(given, spooled.collection),
+                about=uploads.about_upload(caller, said, pairs, spooled),
+                caller=caller,
+            )
+            stored = await uploads.store(ctx.pool, ctx.services.assets, upload)
         finally:
             spooled.path.unlink(missing_ok=True)
         url = f"/v1/documents/{stored.document_id}"
         body = Accepted(id=stored.document_id, created=stored.created, status_url=url)
         return Response(body, status_code=202 if stored.created else 200, headers={"Location": url})
 
-    @get("/documents")
+    @get("/documents", responses=problems(400, 401))
     async def documents(
         self,
         state: State,
-        status: str | None = None,
-        stage: str | None = None,
+        request: Request[Any, Any, Any],
+        status: Annotated[str | None, Parameter(schema_extra={"enum": list(STATUSES)})] = None,
+        stage: Annotated[str | None, Parameter(description="One of GET /v1/stages")] = None,
         limit: Annotated[int, Parameter(ge=1, le=MAX_PAGE)] = 50,
-        cursor: str | None = None,
+        cursor: Annotated[str | None, Parameter(description="A page's `next_cursor`")] = None,
     ) -> DocumentPage:
-        """Documents, newest first; filter by status and stage; cursor pagination."""
-        return await query_documents(ctx_of(state), status, stage, limit, cursor)
+        """Documents, newest first (those the caller may read); filter by status and
+        stage; cursor pagination."""
+        caller = caller_of(request)
+        return await query_documents(ctx_of(state), caller, status, stage, limit, cursor)
 
-    @get("/documents/{doc:str}")
-    async def get_document(self, state: State, doc: str) -> DocumentDetail:
+    @get("/documents/{doc:str}", responses=problems(400, 401, 404))
+    async def get_document(
+        self, state: State, request: Request[Any, Any, Any], doc: Annotated[str, DOC_ID]
+    ) -> DocumentDetail:
         """A document: status, stage timeline with attempts and errors, counts, why it waits."""
-        return await document_detail(ctx_of(state), document_id(doc))
+        return await document_detail(ctx_of(state), caller_of(request), document_id(doc))
 
-    @delete("/documents/{doc:str}", status_code=204)
-    async def delete_document(self, state: State, doc: str) -> None:
+    @delete("/documents/{doc:str}", status_code=204, responses=problems(400, 401, 403, 404))
+    async def delete_document(
+        self, state: State, request: Request[Any, Any, Any], doc: Annotated[str, DOC_ID]
+    ) -> None:
         """Delete a document: rows, stored files, vector points."""
         doc_id = document_id(doc)
         ctx = ctx_of(state)
+        await readable(ctx, caller_of(request), doc_id)
         if not await documents.delete_document(ctx.pool, ctx.services, doc_id):
             raise problem(404, f"no document {doc_id}")
 
-    @post("/documents/{doc:str}/retry", status_code=200)
-    async def retry(self, state: State, doc: str) -> list[Requeued]:
+    @post(
+        "/documents/{doc:str}/retry",
+        status_code=200,
+        responses=problems(400, 401, 403, 404, 409, said={409: "nothing failed to retry"}),
+    )
+    async def retry(
+        self, state: State, request: Request[Any, Any, Any], doc: Annotated[str, DOC_ID]
+    ) -> list[Requeued]:
         """Requeue a failed document at the stage that failed (a fresh attempt budget)."""
         ctx = ctx_of(state)
         doc_id = document_id(doc)
+        await readable(ctx, caller_of(request), doc_id)
         if await DocumentRepository(ctx.pool).get(doc_id) is None:
             raise problem(404, f"no document {doc_id}")
         requeued = await retry_failed_jobs(ctx.pool, [doc_id])
@@ -291,25 +662,42 @@ class DocumentsApi(Controller):
             raise problem(409, f"document {doc_id} has no failed job to retry")
         return [Requeued(document_id=d, stage=s) for d, s in requeued]
 
-    @post("/reprocess", status_code=202)
-    async def reprocess(self, state: State, data: ReprocessRequest) -> Reprocessing:
+    @post(
+        "/reprocess",
+        status_code=202,
+        responses=problems(*(400, 401, 403, 413, 415), said={403: REPROCESS_403}),
+    )
+    async def reprocess(
+        self, state: State, request: Request[Any, Any, Any], data: ReprocessRequest
+    ) -> Reprocessing:
         """Run documents again from a stage: ``from`` plus ``ids``, ``all`` or ``model``
-        (only ``collection``'s documents when given)."""
-        return await run_reprocess(ctx_of(state), data)
+        (only ``collection``'s documents when given). A token with principals: by ids
+        only; the documents it may not read count as ``missing``."""
+        return await run_reprocess(ctx_of(state), caller_of(request), data)
 
-    @get("/search")
+    @get(
+        "/search",
+        responses=problems(400, 401, 409),
+        dependencies={"words": Provide(search_words, sync_to_thread=False)},
+    )
     async def search(
         self,
         state: State,
+        request: Request[Any, Any, Any],
         q: str,
+        words: SearchWords,
         k: Annotated[int, Parameter(ge=1, le=MAX_K)] = 5,
         collection: str | None = None,
-    ) -> list[dict[str, Any]]:
-        """The closest chunks to ``q``: score, document_id, filename, pages, text (only
-        ``collection``'s when given)."""
-        return await run_search(ctx_of(state), q, k, collection)
+        mode: Annotated[str, Parameter(description="hybrid, dense or keyword")] = MODES[0],
+    ) -> list[Answer]:
+        """The best chunks for ``q`` (``mode``: hybrid, dense or keyword), as PostgreSQL
+        has them now: score, document_id, filename, uri, pages, section, text, metadata;
+        only ``collection``'s when given, only what every filter allows (the names of
+        ``search``'s options), only documents the caller may read."""
+        caller = caller_of(request)
+        return await run_search(ctx_of(state), caller, q, k, collection, mode, words)
 
-    @get("/stages")
+    @get("/stages", responses=problems(400, 401))
     async def stages(self, state: State) -> list[StageOut]:
         """Per stage: queue depth, backing off, running, failed, oldest ages, live workers."""
         return await stages_overview(ctx_of(state))

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
+from litestar.openapi.datastructures import ResponseSpec
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,33 @@ def problem_response(
 
 def problem(status: int, detail: str, headers: dict[str, str] | None = None) -> ApiError:
     return ApiError(status_code=status, detail=detail, headers=headers)
+
+
+#: What a problem status means on any route of this API, for the OpenAPI schema.
+MEANINGS: dict[int, str] = {
+    400: "a parameter or body the route cannot take, or a Host the server does not serve",
+    401: "RAGLINE_API_TOKENS is set and no bearer token, or a wrong one, came with it",
+    403: "a browser's write from another origin, or without the web view's CSRF token",
+    404: "no such document",
+    409: "the request conflicts with the document's state",
+    413: "the body is over the route's limit",
+    415: "a body of a type the route does not take",
+    422: "an Idempotency-Key used before for another request",
+    503: "not ready",
+}
+
+
+def problems(*statuses: int, said: dict[int, str] | None = None) -> dict[int, ResponseSpec]:
+    """The problem documents a route answers with, for its OpenAPI ``responses`` (which
+    replace Litestar's own 400, a body this API never sends). ``said``: a route's own
+    words for a status."""
+    words = {**MEANINGS, **(said or {})}
+    return {
+        status: ResponseSpec(
+            Problem, description=words[status], media_type=PROBLEM_JSON, generate_examples=False
+        )
+        for status in statuses
+    }
 
 
 def on_http_error(_request: Request[Any, Any, Any], exc: HTTPException) -> Response[Problem]:

@@ -2,27 +2,32 @@
 upload, buttons). Nothing is built at install time and nothing comes from a CDN.
 
 Every value that came from a user or a document (file names, errors, chunk text) goes
-through :func:`html.escape`.
+through :func:`html.escape`. A caller with principals (its token, in the login cookie)
+sees only the documents it may read, on every page, as through the API.
 """
 
 from __future__ import annotations
 
-import uuid
 from html import escape
+from http import HTTPStatus
 from typing import Annotated, Any
 from urllib.parse import quote
 
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
+from litestar.di import Provide
 from litestar.enums import RequestEncodingType
 from litestar.exceptions import HTTPException
 from litestar.params import Body
 from litestar.response import Redirect
+from litestar.types import ExceptionHandlersMap
 
 from runtime.api import ProviderState
+from stages.actions.search import Answer
 from stages.parsing.formats import FORMATS, SUFFIXES
 from stages.serve import http_api as api
-from stages.serve.auth import COOKIE, presented_cookie, token_ok
+from stages.serve.auth import COOKIE, caller_of, presented_cookie, token_ok
+from stages.serve.config import api_tokens
 from stages.serve.context import ServeContext, document_id
 
 HTML = "text/html; charset=utf-8"
@@ -34,7 +39,9 @@ def csrf_of(request: Request[Any, Any, Any]) -> str:
     return ctx.csrf.token(presented_cookie(request.headers.get("cookie")))
 
 
-def page(title: str, body: str, *, csrf: str = "", active: str = "") -> Response[str]:
+def page(
+    title: str, body: str, *, csrf: str = "", active: str = "", status_code: int = 200
+) -> Response[str]:
     nav = "".join(
         f'<a href="{href}"{" class=active" if name == active else ""}>{name}</a>'
         for name, href in (("documents", "/"), ("stages", "/stages"), ("search", "/search"))
@@ -48,7 +55,20 @@ def page(title: str, body: str, *, csrf: str = "", active: str = "") -> Response
 <script src="/static/app.js" defer></script>
 </head><body><header><strong>ragline</strong><nav>{nav}</nav></header>
 <main><h1>{escape(title)}</h1><p id="message" role="status"></p>{body}</main></body></html>"""
-    return Response(html, media_type=HTML)
+    return Response(html, media_type=HTML, status_code=status_code)
+
+
+def error_page(_request: Request[Any, Any, Any], exc: HTTPException) -> Response[str]:
+    """The web view's errors are pages too (an unknown document, a bad filter, a wrong
+    token): the status and its one-line detail, with the navigation."""
+    status = exc.status_code
+    detail = exc.detail or HTTPStatus(status).phrase
+    body = f'<p class="error">{escape(detail)}</p><p><a href="/">back to the documents</a></p>'
+    return page(HTTPStatus(status).phrase.lower(), body, status_code=status)
+
+
+#: Every page handler's: errors as HTML, not the API's problem documents.
+AS_PAGE: ExceptionHandlersMap = {HTTPException: error_page}
 
 
 #: What the upload box offers: every format ragline reads (detected from content on upload).
@@ -76,7 +96,7 @@ def _select(name: str, options: tuple[str, ...], chosen: str | None) -> str:
     return f'<label>{name} <select name="{name}">{opts}</select></label>'
 
 
-@get("/", include_in_schema=False)
+@get("/", include_in_schema=False, exception_handlers=AS_PAGE)
 async def documents_page(
     request: Request[Any, Any, Any],
     state: State,
@@ -85,7 +105,10 @@ async def documents_page(
     cursor: str | None = None,
 ) -> Response[str]:
     ctx: ServeContext = state.ctx
-    listing = await api.query_documents(ctx, status or None, stage or None, 100, cursor or None)
+    caller = caller_of(request)
+    listing = await api.query_documents(
+        ctx, caller, status or None, stage or None, 100, cursor or None
+    )
     rows = "".join(document_row(d) for d in listing.documents)
     more = ""
     if listing.next_cursor:
@@ -122,10 +145,10 @@ def stage_choice(ctx: ServeContext) -> str:
     return "".join(f"<option>{escape(s)}</option>" for s in ctx.stage_names)
 
 
-@get("/documents/{doc:str}", include_in_schema=False)
+@get("/documents/{doc:str}", include_in_schema=False, exception_handlers=AS_PAGE)
 async def document_page(request: Request[Any, Any, Any], state: State, doc: str) -> Response[str]:
     ctx: ServeContext = state.ctx
-    d = await api.document_detail(ctx, document_id(doc))
+    d = await api.document_detail(ctx, caller_of(request), document_id(doc))
     c = d.counts
     points = "unknown" if c.points is None else c.points
     body = f"""
@@ -169,7 +192,7 @@ def stage_rows(rows: list[api.StageOut]) -> str:
     )
 
 
-@get("/stages", include_in_schema=False)
+@get("/stages", include_in_schema=False, exception_handlers=AS_PAGE)
 async def stages_page(request: Request[Any, Any, Any], state: State) -> Response[str]:
     rows = await api.stages_overview(state.ctx)
     body = f"""<table id="stages"><thead><tr><th>stage</th><th>queued</th><th>backing off</th>
@@ -180,37 +203,68 @@ wait queued until a probe succeeds.</p>"""
     return page("stages", body, csrf=csrf_of(request), active="stages")
 
 
-def hit_rows(hits: list[dict[str, Any]]) -> str:
+def hit_rows(hits: list[Answer]) -> str:
     out = []
     for h in hits:
-        doc = h.get("document_id")
-        link = f"/documents/{uuid.UUID(str(doc))}" if doc else "#"
-        text = " ".join(str(h.get("text", "")).split())[:300]
-        section = f"· {_cell(h.get('section'))} " if h.get("section") else ""
+        text = " ".join(h.text.split())[:300]
+        section = f"· {_cell(h.section)} " if h.section else ""
         out.append(
-            f'<li class="hit"><a href="{link}">{_cell(h.get("filename"))}</a> '
-            f"p.{_cell(h.get('page_start'))}–{_cell(h.get('page_end'))} {section}"
-            f'<span class="score">{float(h.get("score", 0)):.3f}</span>'
+            f'<li class="hit"><a href="/documents/{h.document_id}">{_cell(h.filename)}</a> '
+            f"p.{h.page_start}–{h.page_end} {section}"
+            f'<span class="score">{h.score:.3f}</span>'
             f"<p>{escape(text)}</p></li>"
         )
     return "".join(out)
 
 
-@get("/search", include_in_schema=False)
+#: The media types the search form offers (every format ragline reads).
+MEDIA_TYPES = tuple(sorted({f.media_type for f in FORMATS}))
+
+
+def _field(name: str, value: str | None, hint: str) -> str:
+    return (
+        f'<label>{name} <input name="{name}" id="filter-{name}" value="{_cell(value)}" '
+        f'placeholder="{escape(hint)}"></label>'
+    )
+
+
+def filter_form(words: api.SearchWords) -> str:
+    """The search page's filters, by the API's names (one value each; the API repeats)."""
+    chosen = words.type[0] if words.type else None
+    return (
+        f'<div class="bar filters">{_select("type", MEDIA_TYPES, chosen)}'
+        f"{_field('path', words.path, 'path or name starts with')}"
+        f"{_field('meta', words.meta[0] if words.meta else None, 'key=value')}"
+        f"{_field('pages', words.pages, '3-9')}"
+        f"{_field('section', words.section, 'section starts with')}</div>"
+    )
+
+
+@get(
+    "/search",
+    include_in_schema=False,
+    exception_handlers=AS_PAGE,
+    dependencies={"words": Provide(api.search_words, sync_to_thread=False)},
+)
 async def search_page(
-    request: Request[Any, Any, Any], state: State, q: str = "", k: int = 10
+    request: Request[Any, Any, Any],
+    state: State,
+    words: api.SearchWords,
+    q: str = "",
+    k: int = 10,
 ) -> Response[str]:
     results = ""
     if q.strip():
-        hits = await api.run_search(state.ctx, q, max(1, min(k, api.MAX_K)))
+        caller = caller_of(request)
+        hits = await api.run_search(state.ctx, caller, q, max(1, min(k, api.MAX_K)), words=words)
         results = f'<ol id="hits">{hit_rows(hits)}</ol>' if hits else "<p>no results</p>"
     body = f"""<form class="bar" method="get" action="/search"><input type="search" name="q"
  id="q" value="{escape(q)}" placeholder="ask something"><button type="submit">search</button>
-</form>{results}"""
+{filter_form(words)}</form>{results}"""
     return page("search", body, csrf=csrf_of(request), active="search")
 
 
-@get("/login", include_in_schema=False)
+@get("/login", include_in_schema=False, exception_handlers=AS_PAGE)
 async def login_form(next: str = "/") -> Response[str]:
     body = f"""<form method="post" action="/login" class="bar">
 <input type="hidden" name="next" value="{escape(next)}">
@@ -219,13 +273,13 @@ async def login_form(next: str = "/") -> Response[str]:
     return page("sign in", body)
 
 
-@post("/login", include_in_schema=False, status_code=303)
+@post("/login", include_in_schema=False, status_code=303, exception_handlers=AS_PAGE)
 async def login(
     request: Request[Any, Any, Any],
     data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)],
 ) -> Redirect:
     ctx: ServeContext = request.app.state.ctx
-    if ctx.config.tokens and not token_ok(data.get("token"), ctx.config.tokens):
+    if ctx.config.tokens and not token_ok(data.get("token"), api_tokens(ctx.config.tokens)):
         raise HTTPException(status_code=401, detail="wrong token")
     target = data.get("next", "/")
     if not target.startswith("/") or target.startswith("//"):

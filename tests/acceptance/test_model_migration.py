@@ -72,7 +72,7 @@ class Probe:
         self.thread = threading.Thread(target=lambda: asyncio.run(self._loop()), daemon=True)
 
     async def _loop(self) -> None:
-        from stages.actions.search import search_live
+        from stages.actions.search import search
         from stages.services import Services
 
         services = Services(self.env, self.data_dir)
@@ -82,22 +82,14 @@ class Probe:
         ):
             while not self.stop.is_set():
                 try:
-                    live, hits = await search_live(pool, services, self.query, 1000, None)
+                    found = await search(pool, services, self.query, 1000, mode="dense")
                 except Exception as exc:
                     self.errors.append(repr(exc))
                     continue
                 self.answers.append(
                     Answer(
-                        live.vector_collection,
-                        [
-                            (
-                                h.payload["document_id"],
-                                h.payload["ordinal"],
-                                h.score,
-                                h.payload["text"],
-                            )
-                            for h in hits
-                        ],
+                        found.vector_collection,
+                        [(str(h.document_id), h.ordinal, h.score, h.text) for h in found.hits],
                     )
                 )
                 await asyncio.sleep(0.05)

@@ -3,6 +3,7 @@ for what httpx will not send), workers as ``python -m runtime --exit-when-idle``
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import socket
@@ -66,10 +67,17 @@ def stored_files(cli: Cli) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
 
 
-def raw_request(server: Server, head: str, body: bytes = b"", close_early: bool = False) -> str:
-    """Send bytes on a socket; return what the server answered ('' if it only closed)."""
+def raw_request(
+    server: Server,
+    head: str,
+    body: bytes = b"",
+    close_early: bool = False,
+    timeout_s: float = 30,
+) -> str:
+    """Send bytes on a socket; return what the server answered ('' if it only closed, or
+    said nothing within ``timeout_s``)."""
     host, port = server.url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=30) as s:
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as s:
         s.sendall(head.replace("\n", "\r\n").encode() + b"\r\n" + body)
         if close_early:
             return ""
@@ -94,9 +102,9 @@ def test_upload_raw_then_same_bytes_and_idempotency_key(http: httpx.Client, cli:
 
     again = raw_upload(http, SAMPLES / "sourdough.pdf")
     assert again.status_code == 200 and again.json()["id"] == body["id"]
-    # The same key with other bytes: the first upload's document, nothing new.
-    keyed = raw_upload(http, SAMPLES / "lighthouses.pdf", **{"Idempotency-Key": "k-1"})
-    assert keyed.status_code == 200 and keyed.json()["id"] == body["id"]
+    # The same key with the same bytes and collection: the first upload's document.
+    keyed = raw_upload(http, SAMPLES / "sourdough.pdf", **{"Idempotency-Key": "k-1"})
+    assert keyed.status_code == 200 and keyed.json() == {**body, "created": False}
 
     # The bytes are in the asset store (moved in from the spool), under the document's id.
     [original] = (cli.data_dir / "assets" / "documents" / body["id"]).glob("original-*")
@@ -105,6 +113,86 @@ def test_upload_raw_then_same_bytes_and_idempotency_key(http: httpx.Client, cli:
     doc = http.get(body["status_url"]).json()
     assert doc["filename"] == "sourdough.pdf" and doc["status"] == "pending"
     assert doc["stage"] == "parse" and [j["stage"] for j in doc["jobs"]] == ["parse"]
+
+
+def test_reused_idempotency_key_with_another_request_is_422(http: httpx.Client, cli: Cli) -> None:
+    """The IETF idempotency-key draft: a key reused with another payload is 422, and the
+    new bytes are not stored under the first document."""
+    first = raw_upload(http, SAMPLES / "sourdough.pdf", **{"Idempotency-Key": "k-422"})
+    assert first.status_code in (200, 202), first.text
+    before, files = document_count(cli), stored_files(cli)
+    other_bytes = raw_upload(http, SAMPLES / "lighthouses.pdf", **{"Idempotency-Key": "k-422"})
+    is_problem(other_bytes, 422, "Idempotency-Key")
+    other_collection = http.post(
+        "/v1/documents",
+        params={"collection": "elsewhere"},
+        content=(SAMPLES / "sourdough.pdf").read_bytes(),
+        headers={"Idempotency-Key": "k-422"},
+    )
+    is_problem(other_collection, 422, "Idempotency-Key")
+    again = raw_upload(http, SAMPLES / "sourdough.pdf", **{"Idempotency-Key": "k-422"})
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
+    assert again.json()["created"] is False
+    assert document_count(cli) == before and stored_files(cli) == files
+    assert not list((cli.data_dir / "uploads").iterdir())
+
+
+def test_two_file_parts_are_refused(http: httpx.Client, cli: Cli) -> None:
+    before = document_count(cli)
+    two = http.post(
+        "/v1/documents",
+        files=[
+            ("file", ("a.md", b"# first file\n", "text/markdown")),
+            ("file", ("b.md", b"# second file\n", "text/markdown")),
+        ],
+    )
+    is_problem(two, 400, "more than one 'file'")
+    assert document_count(cli) == before
+    assert not list((cli.data_dir / "uploads").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("query", "fields", "said"),
+    [
+        # The form's collection is checked even beside a good query parameter (it was
+        # ignored then: schemathesis's ST201 "schema-violating request accepted").
+        ({"collection": "good"}, [("collection", "5*")], "collection"),
+        ({"collection": "good"}, [("collection", "other")], "disagree"),
+        ({}, [("collection", "one"), ("collection", "two")], "more than one 'collection'"),
+    ],
+    ids=["bad-field", "disagreeing", "two-fields"],
+)
+def test_the_forms_collection_is_checked(
+    http: httpx.Client,
+    cli: Cli,
+    query: dict[str, str],
+    fields: list[tuple[str, str]],
+    said: str,
+) -> None:
+    before = document_count(cli)
+    refused = http.post(
+        "/v1/documents",
+        params=query,
+        files=[
+            *((name, (None, value.encode())) for name, value in fields),  # plain fields
+            ("file", ("c.md", f"# {said}\n".encode(), "text/markdown")),
+        ],
+    )
+    is_problem(refused, 400, said)
+    assert document_count(cli) == before
+    assert not list((cli.data_dir / "uploads").iterdir())
+
+
+def test_bad_collection_is_refused_before_the_body(server: Server) -> None:
+    """400 as soon as the head is read: the server does not wait for a body it would
+    refuse (here one it never gets)."""
+    head = (
+        "POST /v1/documents?collection=Not%20Valid HTTP/1.1\nHost: 127.0.0.1\n"
+        "Connection: close\nContent-Length: 4000000\nContent-Type: application/pdf\n"
+    )
+    answer = raw_request(server, head, b"%PDF-1.4\n", timeout_s=5)
+    assert answer.startswith("HTTP/1.1 400"), answer[:300]
+    assert "collection" in answer
 
 
 def test_upload_multipart(http: httpx.Client) -> None:
@@ -215,6 +303,24 @@ def test_list_filters_and_cursor_pagination(http: httpx.Client) -> None:
     is_problem(http.get("/v1/documents", params={"limit": 0}), 400, "limit")
 
 
+@pytest.mark.parametrize(
+    "moment", ["0001-01-01T00:00:00+05:00", "9999-12-31T23:59:59-05:00", "2026-01-01T00:00:00"]
+)
+def test_crafted_cursor_is_400_not_500(http: httpx.Client, moment: str) -> None:
+    """A cursor in the API's own format whose time PostgreSQL cannot take (out of range
+    once in UTC) or that has no zone."""
+    raw = f"{moment}|{uuid.UUID(int=1)}".encode()
+    cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    is_problem(http.get("/v1/documents", params={"cursor": cursor}), 400, "cursor")
+    assert http.get("/", params={"cursor": cursor}).status_code == 400
+
+
+def test_last_event_id_with_a_non_ascii_byte_is_400(http: httpx.Client) -> None:
+    # b"\xb2" is "²" in latin-1: str.isdigit() says yes, int() says no.
+    for raw in (b"\xb2", b"1\xb9", b"\xff"):
+        is_problem(http.get("/v1/events", headers={b"Last-Event-ID": raw}), 400, "Last-Event-ID")
+
+
 def test_stages_overview(http: httpx.Client) -> None:
     stages = http.get("/v1/stages").json()
     assert [s["stage"] for s in stages] == ["parse", "chunk", "vision", "embed", "index"]
@@ -223,7 +329,7 @@ def test_stages_overview(http: httpx.Client) -> None:
 
 
 def test_probes_metrics_and_openapi(http: httpx.Client) -> None:
-    assert http.get("/healthz").json() == {"status": "ok", "events": False}
+    assert http.get("/healthz").json() == {"status": "ok", "events": True}
     assert http.get("/readyz").json() == {"status": "ready", "events": True}
     metrics = http.get("/metrics")
     assert 'ragline_queue_depth{stage="parse"}' in metrics.text
@@ -232,6 +338,23 @@ def test_probes_metrics_and_openapi(http: httpx.Client) -> None:
         spec["paths"]
     )
     is_problem(http.get("/v1/nothing-here"), 404, "")
+
+
+def test_openapi_describes_the_upload_body(http: httpx.Client) -> None:
+    upload = http.get("/v1/schema/openapi.json").json()["paths"]["/v1/documents"]["post"]
+    body = upload["requestBody"]["content"]
+    assert body["multipart/form-data"]["schema"]["properties"]["file"]["format"] == "binary"
+    assert body["application/octet-stream"]["schema"]["format"] == "binary"
+    assert {"200", "202", "400", "413", "415", "422"} <= set(upload["responses"])
+    assert "application/problem+json" in upload["responses"]["422"]["content"]
+
+
+@pytest.mark.parametrize("doc", [str(uuid.UUID(int=9)), "not-a-uuid"])
+def test_web_view_answers_html_for_an_unknown_document(http: httpx.Client, doc: str) -> None:
+    page = http.get(f"/documents/{doc}")
+    assert page.status_code == 404
+    assert page.headers["content-type"].startswith("text/html"), page.headers
+    assert "<!doctype html>" in page.text and "no document" in page.text
 
 
 # -- events, then processing: retry, search, reprocess, delete -------------------------------

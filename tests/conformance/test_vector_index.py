@@ -11,6 +11,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from runtime.errors import MissingInput, PermanentError
@@ -18,13 +19,17 @@ from stages.adapters.vector_index.edge.index import EdgeIndex, EdgeIndexConfig
 from stages.adapters.vector_index.qdrant import QdrantConfig, QdrantIndex
 from stages.ports.vector_index import (
     COLLECTION_FIELD,
+    DOCUMENT_FIELD,
     Hit,
+    Keywords,
     Point,
+    Query,
     VectorIndex,
     new_point,
     point_id,
     vector_collection_name,
 )
+from stages.text.keywords import query_vector, text_vector
 from tests.support.parity import parity_problems, port_members
 from tests.support.vectors import DIM, points, unit, vec
 
@@ -125,7 +130,7 @@ async def test_search_returns_nearest_first(index: VectorIndex) -> None:
     await index.ensure_vector_collection(COLLECTION, DIM)
     doc = uuid.uuid4()
     await index.upsert(COLLECTION, points(doc, 1, DIM))
-    hits = await index.search(COLLECTION, unit(3), limit=3)
+    hits = await index.search(COLLECTION, Query(vector=unit(3)), limit=3)
     assert len(hits) == 3
     assert hits[0].id == point_id(doc, 3)
     assert math.isclose(hits[0].score, 1.0, abs_tol=1e-4)
@@ -138,7 +143,7 @@ async def test_missing_collection(index: VectorIndex) -> None:
     with pytest.raises(MissingInput):
         await index.count(missing)
     with pytest.raises(MissingInput):
-        await index.search(missing, unit(0), limit=1)
+        await index.search(missing, Query(vector=unit(0)), limit=1)
     with pytest.raises(MissingInput):
         await index.upsert(missing, points(uuid.uuid4(), 1, 1))
     await index.delete_document(missing, uuid.uuid4())  # nothing to delete is fine
@@ -231,11 +236,14 @@ async def test_search_and_scan_see_only_their_collection(index: VectorIndex) -> 
     def docs(hits: list[Hit]) -> set[str]:
         return {h.payload["document_id"] for h in hits}
 
-    assert docs(await index.search(OLD, vec(0), 100, tenant="alpha")) == {str(alpha)}
-    assert docs(await index.search(OLD, vec(0), 100, tenant="beta")) == {str(beta)}
-    assert docs(await index.search(OLD, vec(0), 100, tenant="default")) == {str(legacy), str(dflt)}
-    assert await index.search(OLD, vec(0), 100, tenant="nobody") == []
-    assert len(await index.search(OLD, vec(0), 100)) == 17  # no tenant: every point
+    assert docs(await index.search(OLD, Query(vector=vec(0)), 100, tenant="alpha")) == {str(alpha)}
+    assert docs(await index.search(OLD, Query(vector=vec(0)), 100, tenant="beta")) == {str(beta)}
+    assert docs(await index.search(OLD, Query(vector=vec(0)), 100, tenant="default")) == {
+        str(legacy),
+        str(dflt),
+    }
+    assert await index.search(OLD, Query(vector=vec(0)), 100, tenant="nobody") == []
+    assert len(await index.search(OLD, Query(vector=vec(0)), 100)) == 17  # no tenant: every point
     assert {r.document_id for r in await index.scan(OLD, tenant="alpha")} == {str(alpha)}
     assert len(await index.scan(OLD, tenant="beta")) == 7
     assert len(await index.scan(OLD, beta, tenant="alpha")) == 0
@@ -250,9 +258,117 @@ async def test_drop_collection_leaves_the_others(index: VectorIndex) -> None:
     await index.drop_vector_collection(OLD)
     assert await index.vector_collections() == [NEW]
     with pytest.raises(MissingInput):
-        await index.search(OLD, vec(0), 5)
+        await index.search(OLD, Query(vector=vec(0)), 5)
     assert await index.count(NEW) == 4
     await index.drop_vector_collection(OLD)  # absent: nothing to do
     # Created again when asked for (a migration back to the old model).
     await index.ensure_vector_collection(OLD, DIM)
     assert await index.count(OLD) == 0
+
+
+# -- keyword and hybrid search ---------------------------------------------------------
+
+
+def chunk(doc: uuid.UUID, ordinal: int, text: str, vector: list[float]) -> Point:
+    words = Keywords(*text_vector(text))
+    point = new_point(doc, ordinal, 1, vector, {"ordinal": ordinal, "text": text})
+    return msgspec.structs.replace(point, keywords=words)
+
+
+TEXTS = [
+    "The lens of a lighthouse gathers the lamp's light into a beam.",
+    "Call asn1_der_decoding to read a DER-encoded structure.",
+    "Sourdough needs a starter fed with flour and water.",
+    "The beam of the light sweeps the sea at night.",
+]
+
+
+async def keyword_corpus(index: VectorIndex) -> uuid.UUID:
+    await index.ensure_vector_collection(COLLECTION, DIM)
+    doc = uuid.uuid4()
+    written = [chunk(doc, i, text, unit(i)) for i, text in enumerate(TEXTS)]
+    await index.replace_document(COLLECTION, doc, 1, written)
+    return doc
+
+
+def words(text: str) -> Keywords:
+    return Keywords(*query_vector(text))
+
+
+async def test_keyword_search_finds_an_exact_identifier(index: VectorIndex) -> None:
+    doc = await keyword_corpus(index)
+    hits = await index.search(COLLECTION, Query(keywords=words("asn1_der_decoding")), 3)
+    assert [h.id for h in hits] == [point_id(doc, 1)]  # only the chunk that holds it
+    found = await index.search(COLLECTION, Query(keywords=words("DER decoding")), 3)
+    assert found[0].id == point_id(doc, 1)  # its parts find it too
+    # Rarer terms weigh more (IDF): "beam" is in two chunks, "lens" in one.
+    ranked = await index.search(COLLECTION, Query(keywords=words("lens beam")), 3)
+    assert ranked[0].id == point_id(doc, 0) and {h.id for h in ranked} == {
+        point_id(doc, 0),
+        point_id(doc, 3),
+    }
+
+
+async def test_hybrid_search_fuses_meaning_and_words(index: VectorIndex) -> None:
+    doc = await keyword_corpus(index)
+    # The vector points at chunk 2, the words at chunk 1: both rank; each side's first
+    # comes first in its own mode.
+    query = Query(vector=unit(2), keywords=words("asn1_der_decoding"))
+    hybrid = await index.search(COLLECTION, query, 4)
+    assert {hybrid[0].id, hybrid[1].id} == {point_id(doc, 1), point_id(doc, 2)}
+    dense = await index.search(COLLECTION, Query(vector=unit(2)), 1)
+    assert dense[0].id == point_id(doc, 2)
+    tilted = Query(vector=unit(2), keywords=words("asn1_der_decoding"), weights=(1.0, 2.0))
+    assert (await index.search(COLLECTION, tilted, 1))[0].id == point_id(doc, 1)
+    tenants = await index.search(COLLECTION, query, 4, tenant="nobody")
+    assert tenants == []
+
+
+async def test_search_among_documents_sees_only_them(index: VectorIndex) -> None:
+    """A filtered search names the documents PostgreSQL allowed: only their points
+    answer, in every mode and with the tenant filter on top."""
+    doc = await keyword_corpus(index)
+    other = uuid.uuid4()
+    await index.replace_document(COLLECTION, other, 1, [chunk(other, 0, TEXTS[1], unit(1))])
+    for query in (Query(vector=unit(1)), Query(keywords=words("asn1_der_decoding"))):
+        both = await index.search(COLLECTION, query, 10)
+        assert {str(h.payload[DOCUMENT_FIELD]) for h in both} == {str(doc), str(other)}
+        only = msgspec.structs.replace(query, documents=(str(other),))
+        assert [h.id for h in await index.search(COLLECTION, only, 10)] == [point_id(other, 0)]
+        none = msgspec.structs.replace(query, documents=())
+        assert await index.search(COLLECTION, none, 10) == []
+        fused = Query(vector=unit(1), keywords=words("decoding"), documents=(str(doc),))
+        assert {h.payload[DOCUMENT_FIELD] for h in await index.search(COLLECTION, fused, 10)} == {
+            str(doc)
+        }
+        assert await index.search(COLLECTION, only, 10, tenant="nobody") == []
+
+
+async def test_a_collection_made_before_keyword_search_says_how_to_rebuild(
+    index: VectorIndex, tmp_path: Path
+) -> None:
+    """A vector collection without the keyword side still answers dense queries; a query
+    with keywords gets one line naming the rebuild."""
+    legacy = vector_collection_name("legacy-model", DIM)
+    await make_legacy_collection(index, legacy)
+    doc = uuid.uuid4()
+    await index.replace_document(legacy, doc, 1, [chunk(doc, 0, TEXTS[1], unit(0))])
+    assert (await index.search(legacy, Query(vector=unit(0)), 1))[0].id == point_id(doc, 0)
+    with pytest.raises(MissingInput, match=r"before keyword search.*migrate-model --rebuild"):
+        await index.search(legacy, Query(keywords=words("asn1_der_decoding")), 1)
+
+
+async def make_legacy_collection(index: VectorIndex, name: str) -> None:
+    """A collection as ragline made them before keyword search: dense vectors only."""
+    if isinstance(index, EdgeIndex):
+        import qdrant_edge as qe
+
+        vectors = qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine)
+        qe.EdgeShard.create(str(index.config.root / name), qe.EdgeConfig(vectors=vectors)).close()
+    else:
+        from qdrant_client import models as qm
+
+        assert isinstance(index, QdrantIndex)
+        params = qm.VectorParams(size=DIM, distance=qm.Distance.COSINE)
+        await index._client.create_collection(name, vectors_config=params)
+    await index.ensure_vector_collection(name, DIM)

@@ -32,6 +32,7 @@ from stages.ports.vector_index import (
     DOCUMENT_FIELD,
     GENERATION_FIELD,
     Point,
+    Query,
     new_point,
     point_id,
     vector_collection_name,
@@ -114,7 +115,7 @@ async def test_edge_data_persists_across_reopen(tmp_path: Path) -> None:
     await first.aclose()
     second = EdgeIndex(config)
     assert await second.count(COLLECTION, doc) == DIM
-    hits = await second.search(COLLECTION, unit(5), limit=1)
+    hits = await second.search(COLLECTION, Query(vector=unit(5)), limit=1)
     assert hits[0].id == point_id(doc, 5)
     await second.aclose()
 
@@ -473,9 +474,9 @@ async def test_points_of_earlier_layouts_are_searched_scanned_replaced_and_delet
         expected = {p.id: layout(p.payload) for p in old}
         if layout is _packed_with_collection:
             expected = {p.id: p.payload for p in old}
-        hits = await index.search(OLD, vec(0), 100, tenant="default")
+        hits = await index.search(OLD, Query(vector=vec(0)), 100, tenant="default")
         assert {h.id: h.payload for h in hits} == expected
-        assert await index.search(OLD, vec(0), 100, tenant="alpha") == []
+        assert await index.search(OLD, Query(vector=vec(0)), 100, tenant="alpha") == []
         # verify's view: every point with its document and generation.
         refs = await index.scan(OLD, tenant="default")
         assert sorted((r.document_id, r.generation) for r in refs) == sorted(
@@ -486,7 +487,7 @@ async def test_points_of_earlier_layouts_are_searched_scanned_replaced_and_delet
         assert {(r.id, r.generation) for r in await index.scan(OLD, doc)} == {
             (p.id, 2) for p in chunks(doc, 2, 3)
         }
-        hits = await index.search(OLD, vec(0), 100, tenant="default")
+        hits = await index.search(OLD, Query(vector=vec(0)), 100, tenant="default")
         assert {h.payload["document_id"] for h in hits} == {str(doc), str(gone)}
         new = [h for h in hits if h.payload["generation"] == 2]
         assert len(new) == 3 and {h.payload[COLLECTION_FIELD] for h in new} == {"default"}

@@ -17,6 +17,7 @@ from PIL import Image as PILImage
 from runtime.errors import InvalidDocument
 from runtime.models import DocumentStatus
 from stages.parsing.formats import by_media_type
+from stages.ports.vector_index import Query
 from tests.integration.conftest import OpenPipeline
 from tests.made_formats import FORMAT_NAMES, MAKERS, PICTURE_WORDS, TOPICS, damaged, make_all
 from tests.support.pipeline_env import TimedCohere, pipeline_env
@@ -55,7 +56,9 @@ async def test_every_format_is_ingested_end_to_end_with_ocr(dsn: str, tmp_path: 
             assert any(body in " ".join(c.text.split()) for c in chunks), (suffix, chunks)
             # Search finds the file by its topic and shows the section it is in.
             [vector] = await env.probe.embedder.embed([body], "search_query")
-            [hit, *_] = await env.probe.index.search(env.probe.vector_collection, vector, 3)
+            [hit, *_] = await env.probe.index.search(
+                env.probe.vector_collection, Query(vector=vector), 3
+            )
             assert hit.payload["filename"] == files[suffix].name, (suffix, hit.payload)
             label = SECTION_OF[suffix]
             if label is None:

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
+from runtime.errors import MissingInput
 from runtime.worker.config import WorkerConfig
 from runtime.worker.worker import Worker
 from stages.actions import migrate_model
-from stages.actions.search import search_live
+from stages.actions.search import search
 from stages.adapters.vector_index.qdrant import QdrantConfig, QdrantIndex
 from stages.db import model_switch
 from stages.pipeline import pipeline_for
@@ -94,8 +95,9 @@ async def test_switch_on_qdrant_moves_the_alias_and_drops_the_old_collection(
         assert marked == 1
         # Search still answers from the old collection, whole.
         chunks = await chunk_counts(env)
-        live, hits = await search_live(env.pool, svc, "sourdough", 1000, None)
-        assert live == old and len(hits) == sum(chunks.values())
+        found = await search(env.pool, svc, "sourdough", 1000, mode="dense")
+        assert found.vector_collection == old.vector_collection
+        assert len(found.hits) == sum(chunks.values())
 
         done = await migrate_model.migrate(env.pool, svc, MODEL_B)
         assert (done.state, done.ready, done.migrated) == ("done", 3, 3)
@@ -108,9 +110,10 @@ async def test_switch_on_qdrant_moves_the_alias_and_drops_the_old_collection(
         assert await index.vector_collections() == [new.vector_collection]
         assert await points_per_document(index, new.vector_collection) == chunks
         text = await env.pool.fetchval("SELECT text FROM chunks ORDER BY ordinal LIMIT 1")
-        live, hits = await search_live(env.pool, svc, text, 1000, None)
-        assert live == new and len(hits) == sum(chunks.values())
-        assert hits[0].payload["text"] == text and hits[0].score > 0.999
+        found = await search(env.pool, svc, text, 1000, mode="dense")
+        assert found.vector_collection == new.vector_collection
+        assert len(found.hits) == sum(chunks.values())
+        assert found.hits[0].text == text and found.hits[0].score > 0.999
         await svc.aclose()
     await QdrantIndex.aclose(index)
 
@@ -172,5 +175,40 @@ async def test_a_document_reprocessed_while_migrated_is_done_again_at_its_genera
         refs = await index.scan(migration.to_collection, doc)
         chunks = await env.chunks(doc)
         assert len(refs) == len(chunks) and {r.generation for r in refs} == {2}
+        await svc.aclose()
+    await QdrantIndex.aclose(index)
+
+
+async def test_a_collection_made_before_keyword_search_is_rebuilt_without_embedding(
+    cohere_pipeline: OpenPipeline, fake_cohere: TimedCohere, tmp_path: Path
+) -> None:
+    """A vector collection with dense vectors only (as ragline made them before hybrid
+    search) answers dense queries and refuses keyword ones with the rebuild's name;
+    ``migrate-model --rebuild`` fills a new one from the cached vectors (no embedding
+    call) and keyword search answers; a second rebuild goes back to the first name."""
+    from qdrant_client import models as qm
+
+    index = SharedIndex(QdrantConfig(location=":memory:"))
+    async with cohere_pipeline(fake_cohere) as env:
+        svc = services(env, index)
+        base = svc.vector_collection
+        dense_only = qm.VectorParams(size=FAKE_DIMS, distance=qm.Distance.COSINE)
+        await index._client.create_collection(base, vectors_config=dense_only)
+        await env.submit_all(sample(n) for n in ("sourdough.pdf", "rust-borrow-checker.pdf"))
+        await run_pipeline(env, index)
+        chunks = await chunk_counts(env)
+        assert (await search(env.pool, svc, "sourdough", 3, mode="dense")).hits
+        with pytest.raises(MissingInput, match="migrate-model --rebuild"):
+            await search(env.pool, svc, "borrow checker", 3, mode="keyword")
+
+        embeds = fake_cohere.requests_to("embed")
+        done = await migrate_model.migrate(env.pool, svc, "", rebuild=True)
+        assert done.state == "done" and done.to_collection == base + model_switch.REBUILT_SUFFIX
+        assert fake_cohere.requests_to("embed") == embeds  # the cache had every vector
+        assert await points_per_document(index, done.to_collection) == chunks
+        found = await search(env.pool, svc, "borrow checker", 3, mode="keyword")
+        assert found.hits and found.hits[0].filename == "rust-borrow-checker.pdf"
+        again = await migrate_model.migrate(env.pool, svc, "", rebuild=True)
+        assert again.to_collection == base and await index.vector_collections() == [base]
         await svc.aclose()
     await QdrantIndex.aclose(index)

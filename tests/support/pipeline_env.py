@@ -42,7 +42,7 @@ from runtime.worker.worker import Worker
 from stages.actions.submit import submit
 from stages.db import checkpoints
 from stages.pipeline import STAGES, pipeline_for
-from stages.ports.vector_index import PointRef, point_id
+from stages.ports.vector_index import PointRef, Query, point_id
 from stages.services import Services
 
 REPO = Path(__file__).resolve().parents[2]
@@ -234,7 +234,7 @@ class PipelineEnv:
     async def search_first(self, query: str) -> str:
         """Filename of the best hit for ``query``."""
         [vector] = await self.probe.embedder.embed([query], "search_query")
-        hits = await self.probe.index.search(self.probe.vector_collection, vector, 5)
+        hits = await self.probe.index.search(self.probe.vector_collection, Query(vector=vector), 5)
         assert hits, f"no hits for {query!r}"
         return str(hits[0].payload["filename"])
 

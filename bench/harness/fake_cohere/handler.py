@@ -54,7 +54,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, {"message": f"no route {self.path}"}, count=False)
 
     def do_POST(self) -> None:
-        endpoint = {"/v2/embed": "embed", "/v2/chat": "chat"}.get(self.path.split("?")[0])
+        routes = {"/v2/embed": "embed", "/v2/chat": "chat", "/v2/rerank": "rerank"}
+        endpoint = routes.get(self.path.split("?")[0])
         try:
             body = self._read_json()
         except BadRequest as exc:
@@ -104,6 +105,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if endpoint == "embed":
                 self._send(200, fake.embed_response(embed_body(body)))
+            elif endpoint == "rerank":
+                self._send(200, fake.rerank_response(body))
             else:
                 image, media_type = image_from_chat(body)
                 self._send(200, fake.chat_response(image, media_type, str(body.get("model"))))

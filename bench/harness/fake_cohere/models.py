@@ -55,6 +55,8 @@ class Stats(msgspec.Struct, kw_only=True):
     texts_embedded: int = 0
     max_batch: int = 0
     images_described: int = 0
+    #: Documents the rerank endpoint ordered.
+    reranked: int = 0
     rate_limited: int = 0
     input_types: dict[str, int] = msgspec.field(default_factory=dict)
     models: dict[str, int] = msgspec.field(default_factory=dict)

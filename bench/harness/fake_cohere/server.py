@@ -193,6 +193,25 @@ class FakeCohere:
             },
         }
 
+    def rerank_response(self, body: Any) -> dict[str, Any]:
+        """Relevance as the share of the query's words a document holds (ties: the
+        order given), so a test can tell the reranker's order from the fused one."""
+        if not isinstance(body, dict) or not isinstance(body.get("documents"), list):
+            raise BadRequest("documents: expected a list of strings")
+        query = set(str(body.get("query", "")).lower().split())
+        documents = [str(d) for d in body["documents"]]
+        top_n = int(body.get("top_n") or len(documents))
+        with self._lock:
+            self.stats.reranked += len(documents)
+            bump(self.stats.models, str(body.get("model", "")))
+        scores = [len(query & set(d.lower().split())) / max(len(query), 1) for d in documents]
+        order = sorted(range(len(documents)), key=lambda i: (-scores[i], i))[:top_n]
+        return {
+            "id": str(uuid.uuid4()),
+            "results": [{"index": i, "relevance_score": scores[i]} for i in order],
+            "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}},
+        }
+
     def chat_response(self, image: bytes, media_type: str, model: str) -> dict[str, Any]:
         with self._lock:
             self.stats.images_described += 1

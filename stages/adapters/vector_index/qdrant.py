@@ -11,7 +11,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import msgspec
@@ -122,6 +122,15 @@ def _tenant_filter(tenant: str | None, document_id: uuid.UUID | None = None) -> 
     return qm.Filter(must=must)
 
 
+def _search_filter(tenant: str | None, documents: tuple[str, ...] | None) -> qm.Filter | None:
+    """A search's filter: the tenant's points, of ``documents`` when given."""
+    where = _tenant_filter(tenant)
+    if documents is None:
+        return where
+    among = qm.FieldCondition(key=vi.DOCUMENT_FIELD, match=qm.MatchAny(any=list(documents)))
+    return qm.Filter(must=[among] if where is None else [among, where])
+
+
 class QdrantIndex:
     """Vector index on a Qdrant server (or qdrant-client's local mode)."""
 
@@ -137,25 +146,24 @@ class QdrantIndex:
             # The version probe runs synchronously in __init__ and only warns on failure.
             check_compatibility=False,
         )
-        self._known: set[str] = set()
+        #: Collections seen to exist, and whether each has the keyword side.
+        self._known: dict[str, bool] = {}
 
     async def ensure_vector_collection(self, name: str, dimensions: int) -> None:
         vi.check_vector_collection(name)
         try:
-            if await self._client.collection_exists(name):
-                await self._check_dimensions(name, dimensions)
-            else:
+            if not await self._client.collection_exists(name):
                 await self._create(name, dimensions)
+            self._known[name] = await self._check_dimensions(name, dimensions)
         except _QDRANT_ERRORS as exc:
             raise _translate_qdrant(exc, f"ensure_vector_collection {name}") from exc
-        self._known.add(name)
 
     async def upsert(self, vector_collection: str, points: Sequence[vi.Point]) -> None:
         vi.check_points(points)
-        await self._require(vector_collection)
+        keywords = await self._require(vector_collection)
         for batch in vi.batches(points, self.config.batch_size):
             structs = [
-                qm.PointStruct(id=str(p.id), vector=list(p.vector), payload=p.payload)
+                qm.PointStruct(id=str(p.id), vector=_vectors(p, keywords), payload=p.payload)
                 for p in batch
             ]
             await self._call(
@@ -228,18 +236,42 @@ class QdrantIndex:
     async def search(
         self,
         vector_collection: str,
-        vector: Sequence[float],
+        query: vi.Query,
         limit: int,
         *,
         tenant: str | None = None,
     ) -> list[vi.Hit]:
-        await self._require(vector_collection)
-        query = list(vector)
-        where = _tenant_filter(tenant)
+        keywords = await self._require(vector_collection)
+        if query.keywords is not None and not keywords:
+            raise vi.no_keywords(vector_collection)
+        depth, where = vi.side_depth(query, limit), _search_filter(tenant, query.documents)
+        dense = found = []
+        if query.vector is not None:
+            dense = await self._side(vector_collection, list(query.vector), None, depth, where)
+        if query.keywords is not None:
+            sparse = qm.SparseVector(indices=query.keywords.indices, values=query.keywords.values)
+            found = await self._side(vector_collection, sparse, vi.KEYWORDS_VECTOR, depth, where)
+        if query.mode == "hybrid":
+            return vi.fuse(dense, found, query, limit)
+        return dense or found
+
+    async def _side(
+        self,
+        vector_collection: str,
+        query: Any,
+        using: str | None,
+        limit: int,
+        where: qm.Filter | None,
+    ) -> list[vi.Hit]:
         response = await self._call(
             f"search {vector_collection}",
             lambda: self._client.query_points(
-                vector_collection, query=query, query_filter=where, limit=limit, with_payload=True
+                vector_collection,
+                query=query,
+                using=using,
+                query_filter=where,
+                limit=limit,
+                with_payload=True,
             ),
         )
         return [
@@ -249,7 +281,7 @@ class QdrantIndex:
 
     async def drop_vector_collection(self, name: str) -> None:
         vi.check_vector_collection(name)
-        self._known.discard(name)
+        self._known.pop(name, None)
         await self._call(f"drop {name}", lambda: self._client.delete_collection(name))
 
     async def point_alias(self, alias: str, vector_collection: str) -> None:
@@ -306,19 +338,29 @@ class QdrantIndex:
                 what, lambda: self._client.delete(vector_collection, selector, wait=True)
             )
 
-    async def _require(self, vector_collection: str) -> None:
+    async def _require(self, vector_collection: str) -> bool:
+        """That the collection exists (:class:`MissingInput` if not); whether it has the
+        keyword side."""
         vi.check_vector_collection(vector_collection)
         if vector_collection in self._known:
-            return
+            return self._known[vector_collection]
         what = f"lookup {vector_collection}"
         if not await self._call(what, lambda: self._client.collection_exists(vector_collection)):
             raise vi.missing_vector_collection(vector_collection)
-        self._known.add(vector_collection)
+        info = await self._call(what, lambda: self._client.get_collection(vector_collection))
+        found = vi.KEYWORDS_VECTOR in (info.config.params.sparse_vectors or {})
+        self._known[vector_collection] = found
+        return found
 
     async def _create(self, name: str, dimensions: int) -> None:
         params = qm.VectorParams(size=dimensions, distance=qm.Distance.COSINE)
         try:
-            await self._client.create_collection(name, vectors_config=params)
+            # The keyword side: a sparse vector the server weighs by inverse document
+            # frequency (its IDF modifier), as the embedded index does.
+            keywords = {vi.KEYWORDS_VECTOR: qm.SparseVectorParams(modifier=qm.Modifier.IDF)}
+            await self._client.create_collection(
+                name, vectors_config=params, sparse_vectors_config=keywords
+            )
         except UnexpectedResponse as exc:
             if exc.status_code != 409:  # 409: another worker created it first
                 raise
@@ -331,7 +373,8 @@ class QdrantIndex:
             tenant = qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True)
             await self._client.create_payload_index(name, vi.COLLECTION_FIELD, field_schema=tenant)
 
-    async def _check_dimensions(self, name: str, dimensions: int) -> None:
+    async def _check_dimensions(self, name: str, dimensions: int) -> bool:
+        """Refuse another dimension; whether the collection has the keyword side."""
         info = await self._client.get_collection(name)
         vectors = info.config.params.vectors
         size = vectors.size if isinstance(vectors, qm.VectorParams) else None
@@ -339,3 +382,17 @@ class QdrantIndex:
             raise PermanentError(
                 f"vector collection {name!r} holds {size}-dimension vectors, not {dimensions}"
             )
+        return vi.KEYWORDS_VECTOR in (info.config.params.sparse_vectors or {})
+
+
+def _vectors(point: vi.Point, keywords: bool) -> Any:
+    """The point's vectors as the server takes them: the dense one alone, or named with
+    its keywords beside it when the collection has the keyword side."""
+    if not keywords:
+        return list(point.vector)
+    named: dict[str, Any] = {"": list(point.vector)}
+    if point.keywords is not None and point.keywords.indices:
+        named[vi.KEYWORDS_VECTOR] = qm.SparseVector(
+            indices=point.keywords.indices, values=point.keywords.values
+        )
+    return named

@@ -32,22 +32,31 @@ from runtime.api import (
 )
 from stages.adapters.vector_index.edge.points import edge_points, payload_of
 from stages.adapters.vector_index.edge.session import EdgeIndexConfig, Session, Sessions
-from stages.adapters.vector_index.edge.shard import check_edge_dimensions, ensure_shard
+from stages.adapters.vector_index.edge.shard import (
+    check_edge_dimensions,
+    ensure_shard,
+    has_keywords,
+)
 from stages.ports.vector_index import (
     COLLECTION_FIELD,
     DEFAULT_COLLECTION,
     DOCUMENT_FIELD,
     GENERATION_FIELD,
+    KEYWORDS_VECTOR,
     SCROLL_PAGE,
     Hit,
     Point,
     PointRef,
+    Query,
     batches,
     check_document_points,
     check_points,
     check_vector_collection,
+    fuse,
     is_ragline_collection,
+    no_keywords,
     point_ref,
+    side_depth,
 )
 
 __all__ = ["EdgeIndex", "EdgeIndexConfig"]
@@ -81,6 +90,15 @@ def _tenant_filter(tenant: str | None, document_id: uuid.UUID | None = None) -> 
     if document_id is not None:
         must.append(qe.FieldCondition(DOCUMENT_FIELD, match=qe.MatchValue(str(document_id))))
     return qe.Filter(must=must)
+
+
+def _search_filter(tenant: str | None, documents: tuple[str, ...] | None) -> qe.Filter | None:
+    """A search's filter: the tenant's points, of ``documents`` when given."""
+    where = _tenant_filter(tenant)
+    if documents is None:
+        return where
+    among = qe.FieldCondition(DOCUMENT_FIELD, match=qe.MatchAny(list(documents)))
+    return qe.Filter(must=[among] if where is None else [among, where])
 
 
 def _edge_failure(exc: Exception, what: str) -> Exception:
@@ -146,10 +164,13 @@ class EdgeIndex:
 
     async def upsert(self, vector_collection: str, points: Sequence[Point]) -> None:
         check_points(points)
-        upserts = self._upserts(points)  # a generator: built in the session's thread
         # A write in no hurry (an index job's slice, a backfill): ``.queued`` if it waits.
+        # The points are converted in the session's thread, as the upserts are consumed.
         await self._run(
-            vector_collection, "upsert", lambda s: s.write(vector_collection, upserts), batch=True
+            vector_collection,
+            "upsert",
+            lambda s: s.write(vector_collection, self._upserts(s, points)),
+            batch=True,
         )
 
     async def replace_document(
@@ -171,7 +192,7 @@ class EdgeIndex:
                 return  # a collection never created holds no stale points
             # Built in the thread: converting payloads into qdrant-edge's points is the
             # index stage's largest CPU cost, and would otherwise hold the event loop.
-            session.write(vector_collection, self._upserts(points))
+            session.write(vector_collection, self._upserts(session, points))
             # Every point of the document just written is of this generation, so when it
             # has no more points than that, none is stale: skip the delete, which reads
             # each of its points' payload (~6 µs a point; the count reads the keyword
@@ -217,25 +238,29 @@ class EdgeIndex:
     async def search(
         self,
         vector_collection: str,
-        vector: Sequence[float],
+        query: Query,
         limit: int,
         *,
         tenant: str | None = None,
     ) -> list[Hit]:
-        request = qe.SearchRequest(
-            query=qe.Query.Nearest(list(vector)),
-            limit=limit,
-            filter=_tenant_filter(tenant),
-            with_payload=True,
-        )
+        depth, where = side_depth(query, limit), _search_filter(tenant, query.documents)
+        dense = keyword = None
+        if query.vector is not None:
+            dense = _request(qe.Query.Nearest(list(query.vector)), depth, where)
+        if query.keywords is not None:
+            words = qe.SparseVector(indices=query.keywords.indices, values=query.keywords.values)
+            keyword = _request(qe.Query.Nearest(words, using=KEYWORDS_VECTOR), depth, where)
 
-        def run(session: Session) -> list[Hit]:
-            return [
-                Hit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=payload_of(p.payload))
-                for p in session.require(vector_collection).search(request)
-            ]
+        def run(session: Session) -> tuple[list[Hit], list[Hit]]:
+            shard = session.require(vector_collection)
+            if keyword is not None and not has_keywords(session.path):
+                raise no_keywords(vector_collection)
+            return _hits(shard, dense), _hits(shard, keyword)
 
-        return await self._run(vector_collection, "search", run)
+        found_dense, found_keyword = await self._run(vector_collection, "search", run)
+        if query.mode == "hybrid":
+            return fuse(found_dense, found_keyword, query, limit)
+        return found_dense or found_keyword
 
     async def drop_vector_collection(self, name: str) -> None:
         def run(session: Session) -> None:
@@ -269,10 +294,11 @@ class EdgeIndex:
         for vector_collection in self._sessions.open_collections():
             await anyio.to_thread.run_sync(self._sessions.close_now, vector_collection)
 
-    def _upserts(self, points: Sequence[Point]) -> Iterator[qe.UpdateOperation]:
+    def _upserts(self, session: Session, points: Sequence[Point]) -> Iterator[qe.UpdateOperation]:
         # One batch's qdrant-edge points at a time, not a whole document's (memory).
+        keywords = has_keywords(session.path)
         for batch in batches(points, self.config.batch_size):
-            yield qe.UpdateOperation.upsert_points(edge_points(batch))
+            yield qe.UpdateOperation.upsert_points(edge_points(batch, keywords))
 
     async def _delete(self, vector_collection: str, query: qe.Filter) -> None:
         operation = qe.UpdateOperation.delete_points_by_filter(query)
@@ -315,3 +341,16 @@ def _scroll_refs(query: qe.Filter | None) -> Callable[[qe.EdgeShard], list[Point
                 return refs
 
     return run
+
+
+def _request(query: Any, limit: int, where: qe.Filter | None) -> qe.SearchRequest:
+    return qe.SearchRequest(query=query, limit=limit, filter=where, with_payload=True)
+
+
+def _hits(shard: qe.EdgeShard, request: qe.SearchRequest | None) -> list[Hit]:
+    if request is None:
+        return []
+    return [
+        Hit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=payload_of(p.payload))
+        for p in shard.search(request)
+    ]

@@ -21,6 +21,7 @@ from stages.ports.vector_index import (
     DEFAULT_COLLECTION,
     DOCUMENT_FIELD,
     GENERATION_FIELD,
+    KEYWORDS_VECTOR,
     Point,
 )
 
@@ -33,14 +34,27 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(dict[str, Any]).decode
 
 
-def edge_points(points: Sequence[Point]) -> list[qe.Point]:
-    """qdrant-edge points for ``points``, their payloads packed as described above."""
+def edge_points(points: Sequence[Point], keywords: bool = False) -> list[qe.Point]:
+    """qdrant-edge points for ``points``, their payloads packed as described above; with
+    ``keywords`` (the shard has the keyword side), their keywords beside the vector."""
     doc, gen, body = DOCUMENT_FIELD, GENERATION_FIELD, BODY_FIELD
+    if keywords:
+        return [
+            qe.Point(p.id, vectors_of(p), stored_payload(p.payload, doc, gen, body)) for p in points
+        ]
     # Its stub says list; it reads any sequence of floats, the cache's arrays too.
     return [
         qe.Point(p.id, p.vector, stored_payload(p.payload, doc, gen, body))  # type: ignore[arg-type]
         for p in points
     ]
+
+
+def vectors_of(point: Point) -> Any:
+    """The point's named vectors: the dense one (unnamed) and its keywords, if any."""
+    if point.keywords is None or not point.keywords.indices:
+        return {"": point.vector}
+    sparse = qe.SparseVector(indices=point.keywords.indices, values=point.keywords.values)
+    return {"": point.vector, KEYWORDS_VECTOR: sparse}
 
 
 def stored_payload(

@@ -20,9 +20,9 @@ import qdrant_edge as qe
 
 from runtime.api import PermanentError
 from stages.adapters.vector_index.edge.space import ensure_room
-from stages.ports.vector_index import COLLECTION_FIELD, DOCUMENT_FIELD
+from stages.ports.vector_index import COLLECTION_FIELD, DOCUMENT_FIELD, KEYWORDS_VECTOR
 
-__all__ = ["SEARCH_THREADS", "check_edge_dimensions", "ensure_shard"]
+__all__ = ["SEARCH_THREADS", "check_edge_dimensions", "ensure_shard", "has_keywords"]
 
 #: Threads of a shard's search pool (qdrant-edge's ``max_search_threads``).
 SEARCH_THREADS = 1
@@ -43,7 +43,11 @@ def _create_shard(path: Path, dimensions: int) -> None:
     vectors = qe.EdgeVectorParams(
         size=dimensions, distance=qe.Distance.Cosine, memory=qe.Memory.Cold
     )
-    config = qe.EdgeConfig(vectors=vectors, max_search_threads=SEARCH_THREADS)
+    # The keyword side: a sparse vector the shard weighs by inverse document frequency.
+    keywords = {KEYWORDS_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
+    config = qe.EdgeConfig(
+        vectors=vectors, sparse_vectors=keywords, max_search_threads=SEARCH_THREADS
+    )
     try:
         shard = qe.EdgeShard.create(str(tmp), config)
         try:
@@ -71,3 +75,13 @@ def check_edge_dimensions(path: Path, vector_collection: str, dimensions: int) -
             f"vector collection {vector_collection!r} holds {stored}-dimension vectors, "
             f"not {dimensions}"
         )
+
+
+def has_keywords(path: Path) -> bool:
+    """Whether the shard at ``path`` has the keyword side (shards made before hybrid
+    search have only the dense vectors)."""
+    try:
+        config = json.loads((path / "edge_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return KEYWORDS_VECTOR in (config.get("sparse_vectors") or {})

@@ -1,16 +1,19 @@
-"""The index stage's fast path builds exactly the points the simple one does."""
+"""The index stage's fast path builds exactly the points the simple one does, with the
+keyword side of each chunk's text."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
 
+import msgspec
 import numpy as np
 
 from runtime.models import Job
 from stages.db import checkpoints
 from stages.pipeline.index import document_points, payload
-from stages.ports.vector_index import new_point
+from stages.ports.vector_index import Keywords, new_point
+from stages.text.keywords import text_vector
 
 
 def rows(count: int) -> list[checkpoints.ChunkVector]:
@@ -32,7 +35,10 @@ def test_document_points_equal_new_point() -> None:
     )  # fmt: skip
     chunks = rows(40)
     expected = [
-        new_point(job.document_id, r.ordinal, job.generation, r.vector or [], payload(r, job))
+        msgspec.structs.replace(
+            new_point(job.document_id, r.ordinal, job.generation, r.vector or [], payload(r, job)),
+            keywords=Keywords(*text_vector(r.text)),
+        )
         for r in chunks
     ]
     built = document_points(chunks, job.document_id, job.generation, job.filename)

@@ -3,6 +3,7 @@ upload file names, idempotency keys, lengths and types, list cursors, SSE event 
 
 from __future__ import annotations
 
+import base64
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,7 +16,7 @@ from stages.serve import http_api as api
 from stages.serve import sse as events
 from stages.serve import uploads
 from stages.serve.auth import presented_token, token_ok
-from stages.serve.config import ServeConfig, is_loopback, parse_tokens
+from stages.serve.config import ServeConfig, api_tokens, is_loopback, parse_tokens
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.9.9.9", "::1", "[::1]", "localhost"])
@@ -34,8 +35,9 @@ def test_other_hosts_refuse_to_start_without_tokens(host: str) -> None:
 def test_tokens_parse_and_compare() -> None:
     assert parse_tokens(" a, ,b ,") == ("a", "b")
     assert parse_tokens(None) == ()
-    assert token_ok("b", ("a", "b")) and not token_ok("c", ("a", "b"))
-    assert not token_ok(None, ("a",)) and not token_ok("", ("a",))
+    tokens = api_tokens(("a", "b"))
+    assert token_ok("b", tokens) and not token_ok("c", tokens)
+    assert not token_ok(None, tokens) and not token_ok("", tokens)
 
 
 def test_token_from_header_or_cookie() -> None:
@@ -120,9 +122,22 @@ def test_cursor_round_trip_and_garbage() -> None:
             api.decode_cursor(bad)
 
 
+@pytest.mark.parametrize(
+    "moment", ["0001-01-01T00:00:00+05:00", "9999-12-31T23:59:59-05:00", "2026-01-01T00:00:00"]
+)
+def test_cursor_with_a_time_postgres_cannot_take_is_refused(moment: str) -> None:
+    """Out of range once in UTC (asyncpg's DataError, a 500 before), or without a zone."""
+    raw = f"{moment}|{uuid.UUID(int=1)}".encode()
+    with pytest.raises(HTTPException) as refused:
+        api.decode_cursor(base64.urlsafe_b64encode(raw).decode())
+    assert refused.value.status_code == 400
+
+
 def test_last_event_id_is_a_number_or_nothing() -> None:
     assert events.parse_last_id(None) is None and events.parse_last_id("") is None
     assert events.parse_last_id("42") == 42
-    for bad in ("-1", "1e3", "x", "9" * 19):
+    # "²" and "¹" are what the bytes 0xb2 and 0xb9 of a header decode to (latin-1):
+    # str.isdigit() takes them, int() does not.
+    for bad in ("-1", "1e3", "x", "9" * 19, "\u00b2", "1\u00b9", "\u0663"):
         with pytest.raises(HTTPException):
             events.parse_last_id(bad)

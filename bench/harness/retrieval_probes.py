@@ -1,0 +1,193 @@
+"""Retrieval probes built from a corpus without a model (``python -m bench.retrieval``).
+
+Three kinds, each a query and the page(s) of one document that answer it:
+
+- **title**: a PDF outline title → the page its entry points at (titles that are not
+  unique among the outlines, or that appear on more than :data:`MAX_TITLE_PAGES` pages,
+  running heads, are left out; the title must be on its page);
+- **identifier**: a rare identifier (with an underscore, camelCase, or capitals with
+  digits) → the one or two pages of one document that hold it;
+- **verbatim**: a sentence taken from past a chunk's start → the one page that holds it.
+
+At most ``per_doc`` of each kind per document, drawn with a fixed seed.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+
+import msgspec
+
+#: A title on more pages than this is a running head, not a place.
+MAX_TITLE_PAGES = 3
+#: Identifiers on at most this many pages (of one document) are rare.
+MAX_IDENTIFIER_PAGES = 2
+#: A verbatim sentence starts at least this far into its chunk.
+PAST_START_CHARS = 120
+MIN_WORDS, MAX_WORDS = 8, 40
+
+_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_UNDERSCORED = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+")
+_CAMEL = re.compile(r"[A-Za-z]*[a-z][A-Z][A-Za-z0-9]*")
+_CAPS_DIGITS = re.compile(r"(?=[A-Z0-9]*[0-9])(?=(?:[0-9]*[A-Z]){2})[A-Z][A-Z0-9]+")
+_SENTENCE_END = re.compile(r"(?<=[a-z)][.!?])\s+(?=[A-Z])")
+_NUMBERING = re.compile(r"^[\dA-Z]{0,3}(?:\.\d+)*\.?\s+")
+
+
+class Probe(msgspec.Struct, frozen=True, kw_only=True):
+    query: str
+    kind: str
+    document: uuid.UUID
+    pages: tuple[int, ...]
+
+
+class Page(msgspec.Struct, frozen=True):
+    document: uuid.UUID
+    page: int
+    text: str
+
+
+class ChunkText(msgspec.Struct, frozen=True):
+    document: uuid.UUID
+    ordinal: int
+    page_start: int
+    page_end: int
+    text: str
+
+
+def normal(text: str) -> str:
+    return " ".join(text.split())
+
+
+class Corpus:
+    """Page texts, whitespace-normalized and case-folded, for finding where text is."""
+
+    def __init__(self, pages: Iterable[Page]) -> None:
+        self.pages = [Page(p.document, p.page, normal(p.text)) for p in pages]
+        self._folded = [p.text.casefold() for p in self.pages]
+
+    def where(self, text: str) -> list[tuple[uuid.UUID, int]]:
+        """The pages whose text holds ``text`` (case-folded)."""
+        needle = normal(text).casefold()
+        return [
+            (p.document, p.page)
+            for p, folded in zip(self.pages, self._folded, strict=True)
+            if needle in folded
+        ]
+
+
+def title_probes(
+    outlines: Mapping[uuid.UUID, Sequence[tuple[str, int]]],
+    corpus: Corpus,
+    per_doc: int,
+    seed: int,
+) -> list[Probe]:
+    """Outline titles (text, page) per document → their pages."""
+    counts: dict[str, int] = defaultdict(int)
+    for entries in outlines.values():
+        for title, _ in entries:
+            counts[normal(title).casefold()] += 1
+    probes = []
+    for document, entries in outlines.items():
+        found = []
+        for title, page in entries:
+            text = normal(title)
+            bare = _NUMBERING.sub("", text)
+            if counts[text.casefold()] != 1 or len(bare) < 8 or len(bare.split()) < 2:
+                continue
+            places = corpus.where(bare)
+            if (document, page) in places and len(places) <= MAX_TITLE_PAGES:
+                found.append(Probe(query=text, kind="title", document=document, pages=(page,)))
+        probes += _sample(found, per_doc, seed)
+    return probes
+
+
+def is_identifier(token: str) -> bool:
+    if len(token) < 4:
+        return False
+    return bool(
+        _UNDERSCORED.fullmatch(token)
+        or (len(token) >= 6 and _CAMEL.fullmatch(token))
+        or _CAPS_DIGITS.fullmatch(token)
+    )
+
+
+def identifier_probes(corpus: Corpus, per_doc: int, seed: int) -> list[Probe]:
+    """Rare identifiers → the one or two pages (of one document) that hold them."""
+    places: dict[str, set[tuple[uuid.UUID, int]]] = defaultdict(set)
+    for page in corpus.pages:
+        for token in _TOKEN.findall(page.text):
+            if is_identifier(token):
+                places[token].add((page.document, page.page))
+    by_doc: dict[uuid.UUID, list[Probe]] = defaultdict(list)
+    for token in sorted(places):
+        where = places[token]
+        documents = {d for d, _ in where}
+        if len(where) <= MAX_IDENTIFIER_PAGES and len(documents) == 1:
+            [document] = documents
+            pages = tuple(sorted(p for _, p in where))
+            by_doc[document].append(
+                Probe(query=token, kind="identifier", document=document, pages=pages)
+            )
+    return [p for document in by_doc for p in _sample(by_doc[document], per_doc, seed)]
+
+
+def verbatim_probes(
+    chunks: Sequence[ChunkText], corpus: Corpus, per_doc: int, seed: int
+) -> list[Probe]:
+    """A sentence from past the start of a chunk → the one page of the corpus that holds
+    it (one sentence per chunk at most)."""
+    by_doc: dict[uuid.UUID, list[ChunkText]] = defaultdict(list)
+    for chunk in chunks:
+        by_doc[chunk.document].append(chunk)
+    probes = []
+    for own in by_doc.values():
+        shuffled = list(own)
+        random.Random(seed).shuffle(shuffled)
+        found: list[Probe] = []
+        for chunk in shuffled:
+            if len(found) == per_doc:
+                break
+            probe = _verbatim(chunk, corpus)
+            if probe is not None:
+                found.append(probe)
+        probes += found
+    return probes
+
+
+def _verbatim(chunk: ChunkText, corpus: Corpus) -> Probe | None:
+    text = normal(chunk.text)
+    for match in _sentences(text):
+        start, sentence = match
+        words = sentence.split()
+        if start < PAST_START_CHARS or not MIN_WORDS <= len(words) <= MAX_WORDS:
+            continue
+        letters = sum(c.isalpha() for c in sentence)
+        if letters < 0.7 * len(sentence.replace(" ", "")):
+            continue
+        places = corpus.where(sentence)
+        if len(places) == 1 and places[0][0] == chunk.document:
+            page = places[0][1]
+            if chunk.page_start <= page <= chunk.page_end:
+                return Probe(
+                    query=sentence, kind="verbatim", document=chunk.document, pages=(page,)
+                )
+    return None
+
+
+def _sentences(text: str) -> list[tuple[int, str]]:
+    """Each sentence of ``text`` with its offset, the first (cut by the chunk's start)
+    and the last (cut by its end) left out."""
+    bounds = [0, *(m.end() for m in _SENTENCE_END.finditer(text)), len(text)]
+    spans = [(bounds[i], text[bounds[i] : bounds[i + 1]].strip()) for i in range(len(bounds) - 1)]
+    return spans[1:-1]
+
+
+def _sample(probes: Sequence[Probe], n: int, seed: int) -> list[Probe]:
+    if len(probes) <= n:
+        return list(probes)
+    return random.Random(seed).sample(list(probes), n)

@@ -1,0 +1,1 @@
+"""Rerankers: Cohere's ``/v2/rerank`` (:mod:`stages.adapters.reranker.cohere`)."""

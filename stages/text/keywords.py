@@ -1,0 +1,150 @@
+"""A chunk's keywords as a sparse vector: the keyword side of hybrid search.
+
+One tokenizer for documents and queries, for the embedded index and a Qdrant server
+alike: words are case-folded (NFKC); an identifier is kept whole and split into its parts
+(``asn1_der_decoding`` → ``asn1_der_decoding``, ``asn1``, ``der``, ``decoding``;
+``XRDP_UPSTREAM_VERSION``, ``plainProcessInfo``, ``ssl.SSLContext``); Han, kana and
+Hangul runs become single characters and their pairs (no spaces to split them on).
+A term's index is a stable 32-bit hash of it; a document's value is BM25's saturated
+term frequency, and the index applies the inverse document frequency (``Modifier.IDF``),
+so the score is BM25's.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from itertools import chain
+from typing import cast
+
+__all__ = ["AVERAGE_TERMS", "K1", "B", "query_vector", "terms", "text_vector"]
+
+#: BM25's term-frequency saturation and length normalisation (the usual values).
+K1 = 1.2
+B = 0.75
+#: The length normalisation's average document length, in terms: chunks are sized in the
+#: embedder's tokens, so their lengths vary little (measured on the corpus: about 180).
+AVERAGE_TERMS = 180.0
+#: Words longer than this are not terms (base64, hashes, run-together garbage).
+MAX_TERM_CHARS = 64
+
+# A word: letters, digits, marks, underscores; joined by single dots, hyphens or
+# apostrophes inside (ssl.SSLContext, utf-8, don't).
+_WORD = re.compile(r"[\w]+(?:[.\-'’][\w]+)*")
+_SEPARATORS = re.compile(r"[_.\-'’]+")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
+
+
+def terms(text: str) -> Iterator[str]:
+    """The terms of ``text``, in order, with repeats (a word's parts after the word)."""
+    for word in _WORD.findall(_normal(text)):
+        yield from _terms_of(word)
+
+
+def _normal(text: str) -> str:
+    return text if text.isascii() else unicodedata.normalize("NFKC", text)
+
+
+def _terms_of(word: str) -> list[str]:
+    if _CJK.search(word):
+        return list(_cjk_terms(word))
+    if len(word) > MAX_TERM_CHARS:
+        return []
+    return list(_word_terms(word))
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _word_indices(word: str) -> tuple[int, ...]:
+    """The term indices of one word as it stands in the text (cached: a corpus's
+    vocabulary repeats, so most words are looked up, not split and hashed again)."""
+    return tuple(term_index(term) for term in _terms_of(word))
+
+
+def _word_terms(word: str) -> Iterator[str]:
+    whole = word.casefold()
+    yield whole
+    pieces = [hump for piece in _SEPARATORS.split(word) for hump in _humps(piece)]
+    if len(pieces) > 1:  # each part once, for the word's sake
+        parts = dict.fromkeys(p.casefold() for p in pieces if len(p) > 1 or p.isdigit())
+        yield from (p for p in parts if p != whole)
+
+
+def _humps(piece: str) -> list[str]:
+    """camelCase and UPPERCamel humps (``HTTPServer`` → ``HTTP``, ``Server``); digits
+    stay with the letters before them (``asn1``, ``v2``)."""
+    humps: list[str] = []
+    start = 0
+    for i in range(1, len(piece)):
+        before, here = piece[i - 1], piece[i]
+        after = piece[i + 1] if i + 1 < len(piece) else ""
+        hump = before.islower() or before.isdigit() or after.islower()
+        if here.isupper() and before.isalnum() and hump:
+            humps.append(piece[start:i])
+            start = i
+    humps.append(piece[start:])
+    return [h for h in humps if h]
+
+
+def _cjk_terms(word: str) -> Iterator[str]:
+    last = 0
+    for run in _CJK.finditer(word):
+        if run.start() > last:
+            yield from _word_terms(word[last : run.start()])
+        chars = run.group()
+        yield from chars
+        for i in range(len(chars) - 1):
+            yield chars[i : i + 2]
+        last = run.end()
+    if last < len(word):
+        yield from _word_terms(word[last:])
+
+
+def term_index(term: str) -> int:
+    """A term's index in the sparse vector (stable across processes and versions)."""
+    return zlib.crc32(term.encode("utf-8"))
+
+
+def text_vector(text: str) -> tuple[list[int], list[float]]:
+    """A chunk's sparse vector: each term's BM25 term-frequency weight, sorted by index.
+
+    This runs once per chunk on the throughput path: the text is split on white space
+    (C), each piece's term indices come from a per-process cache keyed by the piece as it
+    stands (a corpus's pieces repeat), and the counting is ``Counter``'s C loop.
+    """
+    pieces = text.split()
+    cached = list(map(_PIECES.get, pieces))
+    found = _fill(pieces, cached) if None in cached else cast("list[tuple[int, ...]]", cached)
+    counts = Counter(chain.from_iterable(found))
+    # Indices in first-seen order: the index does not need them sorted.
+    norm = K1 * (1 - B + B * counts.total() / AVERAGE_TERMS)
+    return list(counts), [n * (K1 + 1) / (n + norm) for n in counts.values()]
+
+
+#: Term indices of each white-space piece seen (a piece may hold words and punctuation).
+_PIECES: dict[str, tuple[int, ...]] = {}
+#: Past this many pieces the cache starts again (bounded memory on a long run: a
+#: worker's peak RSS stays under 300 MB; a corpus's common pieces come back at once).
+MAX_CACHED_PIECES = 1 << 16
+
+
+def _fill(pieces: list[str], found: list[tuple[int, ...] | None]) -> list[tuple[int, ...]]:
+    """``found`` with the pieces the cache lacked split, hashed and cached."""
+    if len(_PIECES) > MAX_CACHED_PIECES:
+        _PIECES.clear()
+    filled = []
+    for piece, ids in zip(pieces, found, strict=True):
+        if ids is None:
+            words = _WORD.findall(_normal(piece))
+            ids = _PIECES[piece] = tuple(x for w in words for x in _word_indices(w))
+        filled.append(ids)
+    return filled
+
+
+def query_vector(text: str) -> tuple[list[int], list[float]]:
+    """A query's sparse vector: each distinct term once (the index weighs it by IDF)."""
+    indices = sorted({i for word in _WORD.findall(_normal(text)) for i in _word_indices(word)})
+    return indices, [1.0] * len(indices)

@@ -1,0 +1,51 @@
+"""stages.text.keywords: the keyword side's terms and weights, for documents and queries."""
+
+from __future__ import annotations
+
+from stages.text.keywords import AVERAGE_TERMS, K1, query_vector, term_index, terms, text_vector
+
+
+def test_identifiers_are_kept_whole_and_split() -> None:
+    assert list(terms("asn1_der_decoding")) == ["asn1_der_decoding", "asn1", "der", "decoding"]
+    assert list(terms("XRDP_UPSTREAM_VERSION")) == [
+        "xrdp_upstream_version", "xrdp", "upstream", "version",
+    ]  # fmt: skip
+    assert list(terms("getHTTPResponseCode")) == [
+        "gethttpresponsecode", "get", "http", "response", "code",
+    ]  # fmt: skip
+    assert list(terms("ssl.SSLContext")) == ["ssl.sslcontext", "ssl", "context"]
+    assert list(terms("utf-8 v2Beta")) == ["utf-8", "utf", "8", "v2beta", "v2", "beta"]
+
+
+def test_words_are_case_folded_in_any_script() -> None:
+    assert list(terms("Straße ПРИВЕТ мир naïveCafé")) == [
+        "strasse", "привет", "мир", "naïvecafé", "naïve", "café",
+    ]  # fmt: skip
+    assert list(terms("مرحبا بالعالم")) == ["مرحبا", "بالعالم"]
+
+
+def test_cjk_runs_become_characters_and_their_pairs() -> None:
+    assert list(terms("東京都")) == ["東", "京", "都", "東京", "京都"]
+    assert list(terms("Python入門")) == ["python", "入", "門", "入門"]
+
+
+def test_a_query_shares_the_documents_terms() -> None:
+    indices, values = query_vector("the Quick quick fox")
+    assert indices == sorted({term_index("the"), term_index("quick"), term_index("fox")})
+    assert values == [1.0, 1.0, 1.0]
+    doc_indices, _ = text_vector("The quick brown fox")
+    assert set(indices) <= set(doc_indices)
+
+
+def test_document_weights_are_bm25_term_frequencies() -> None:
+    indices, values = text_vector("fox fox dog")
+    weight = dict(zip(indices, values, strict=True))
+    norm = K1 * (1 - 0.75 + 0.75 * 3 / AVERAGE_TERMS)
+    assert abs(weight[term_index("fox")] - 2 * (K1 + 1) / (2 + norm)) < 1e-9
+    assert abs(weight[term_index("dog")] - (K1 + 1) / (1 + norm)) < 1e-9
+    assert weight[term_index("fox")] < 2 * weight[term_index("dog")]  # saturates
+    assert text_vector("") == ([], [])
+
+
+def test_garbage_words_are_not_terms() -> None:
+    assert list(terms("a" * 65 + " ok")) == ["ok"]
