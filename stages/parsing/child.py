@@ -3,9 +3,12 @@
 A worker's parse stage starts one (:class:`stages.parsing.process.ParserProcess`) and sends
 it a :class:`~stages.parsing.wire.ParseRequest` at a time over the socket ``FD``. It reads
 the document with PyMuPDF (or a format reader) and streams the pages back, then ``Done``,
-or ``Failed`` with the one-line reason. It imports only what reading needs, ignores the
-terminal's SIGINT and SIGTERM (the worker finishes the document in hand, then closes the
-socket, which ends this process) and dies with its worker (``PR_SET_PDEATHSIG``).
+or ``Failed`` with the one-line reason. Each document is read under a memory and a CPU
+limit (:mod:`stages.parsing.limits`); after one that exceeded its memory, or took the
+parser far towards it, the parser says so in its last reply and exits. It imports only
+what reading needs, ignores the terminal's SIGINT and SIGTERM (the worker finishes the
+document in hand, then closes the socket, which ends this process) and dies with its
+worker (``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from runtime.api import InvalidDocument, RaglineError
+from stages.parsing import limits
 from stages.parsing.formats import by_media_type
 from stages.parsing.formats.pdf import iter_pages, open_pdf
 from stages.parsing.formats.read import read_units
@@ -63,41 +67,65 @@ def read_document(request: ParseRequest) -> Iterator[Unit]:
         pdf.close()  # type: ignore[no-untyped-call]
 
 
-def serve(sock: socket.socket) -> None:
+def serve(sock: socket.socket, start_mb: float = 0.0) -> None:
     """Answer requests until the worker closes the socket (an OSError sending means it
-    is gone: raised)."""
+    is gone: raised) or a reply retires this parser. ``start_mb``: its address space
+    when it was ready."""
     while True:
         try:
             request = receive_request(sock)
         except EOFError:
             return
-        for reply in replies(request):
+        for reply in replies(request, start_mb):
             send(sock, reply)
+            if isinstance(reply, Done | Failed) and reply.retire:
+                return
 
 
-def replies(request: ParseRequest) -> Iterator[Reply]:
+def replies(request: ParseRequest, start_mb: float = 0.0) -> Iterator[Reply]:
     """The document's pages in batches, then ``Done``; or ``Failed`` for any error while
     reading it (an OSError on its file included: that is the document's, not the
-    socket's)."""
-    batch: list[Unit] = []
-    size = 0
+    socket's), read under the request's limits (:mod:`stages.parsing.limits`)."""
+    limits.apply(request.memory_mb, request.cpu_s)
     try:
-        for unit in read_document(request):
-            batch.append(unit)
-            size += len(unit.text)
-            if size >= BATCH_CHARS or unit.images:
-                yield Units(batch)
-                batch, size = [], 0
-    except RaglineError as exc:
-        yield Failed(type(exc).__name__, exc.message)
+        yield from _batches(read_document(request), request)
+    except Exception as exc:
+        yield _failed(request, exc, start_mb)
         return
-    except Exception as exc:  # a library's error on this document: the worker retries
-        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        yield Failed("error", text)
-        return
+    yield Done(retire=bool(request.memory_mb) and limits.near(request.memory_mb, start_mb, 0.5))
+
+
+def _batches(units: Iterator[Unit], request: ParseRequest) -> Iterator[Units]:
+    """The units in messages of about :data:`BATCH_CHARS`.
+
+    :raises ParseLimitExceeded: past the request's characters of text (``max_chars``).
+    """
+    batch: list[Unit] = []
+    size = total = 0
+    for unit in units:
+        total += len(unit.text)
+        if request.max_chars and total > request.max_chars:
+            raise limits.text_exceeded(request.filename, request.max_chars)
+        batch.append(unit)
+        size += len(unit.text)
+        if size >= BATCH_CHARS or unit.images:
+            yield Units(batch)
+            batch, size = [], 0
     if batch:
         yield Units(batch)
-    yield Done()
+
+
+def _failed(request: ParseRequest, exc: Exception, start_mb: float) -> Failed:
+    memory = request.memory_mb
+    if isinstance(exc, limits.ParseLimitExceeded):
+        return Failed(type(exc).__name__, exc.message)
+    if memory and (limits.out_of_memory(exc) or limits.near(memory, start_mb, 0.75)):
+        exceeded = limits.memory_exceeded(request.filename, memory)
+        return Failed(type(exceeded).__name__, exceeded.message, retire=True)
+    if isinstance(exc, RaglineError):
+        return Failed(type(exc).__name__, exc.message)
+    # A library's error on this document: the worker retries.
+    return Failed("error", f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
 
 
 class _Forward(logging.Handler):
@@ -135,9 +163,10 @@ def main(argv: list[str]) -> int:
     root = logging.getLogger()
     root.handlers[:] = [_Forward(sock)]
     root.setLevel(logging.INFO)
+    limits.no_core_dumps()
     try:
         send(sock, Ready())
-        serve(sock)
+        serve(sock, limits.address_space_mb())
     except (OSError, EOFError):
         return 0
     finally:

@@ -17,13 +17,14 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import anyio.to_thread
 
 from runtime.api import InvalidDocument, MissingInput, PermanentError
 from stages.parsing.formats.unit import Unit
+from stages.parsing.limits import ParseLimitExceeded, cpu_exceeded
 from stages.parsing.wire import (
     Done,
     Failed,
@@ -35,7 +36,7 @@ from stages.parsing.wire import (
     send,
 )
 
-__all__ = ["ParserDied", "ParserProcess"]
+__all__ = ["ParseLimitExceeded", "ParserDied", "ParserProcess"]
 
 T = TypeVar("T")
 
@@ -43,15 +44,25 @@ T = TypeVar("T")
 STOP_TIMEOUT_S = 5.0
 #: How long a starting parser may take to say it is ready.
 READY_TIMEOUT_S = 60.0
-_KNOWN = {e.__name__: e for e in (InvalidDocument, MissingInput, PermanentError)}
+_KNOWN = {
+    e.__name__: e for e in (InvalidDocument, MissingInput, PermanentError, ParseLimitExceeded)
+}
 
 
 class ParserDied(RuntimeError):
     """The parser process exited while reading a document (counted as an attempt)."""
 
 
+#: How a worker starts its parser.
+CHILD_COMMAND = (sys.executable, "-m", "stages.parsing.child")
+
+
 class ParserProcess:
-    def __init__(self) -> None:
+    def __init__(self, command: Sequence[str] = CHILD_COMMAND, cwd: str | None = None) -> None:
+        """``command`` (and ``cwd``): another parser to start, such as an older tree's
+        (``bench/bombs.py --baseline``); the socket's descriptor is its last argument."""
+        self._command = tuple(command)
+        self._cwd = cwd
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
@@ -81,6 +92,8 @@ class ParserProcess:
         Blocking: call it from a worker thread.
 
         :raises InvalidDocument, MissingInput, PermanentError: as the readers raise them.
+        :raises ParseLimitExceeded: the document needs more memory or CPU time than the
+            request allows (the next document gets a new parser).
         :raises ParserDied: the parser process exited meanwhile.
         """
         with self._lock:
@@ -96,10 +109,10 @@ class ParserProcess:
         self._io(request, lambda: send(sock, request))
         while True:
             reply = self._io(request, lambda: receive_reply(sock))
-            if isinstance(reply, Done):
-                return None
-            if isinstance(reply, Failed):
-                return reply
+            if isinstance(reply, Done | Failed):
+                if reply.retire:
+                    self._reap()  # it exits after this reply; the next document starts one
+                return reply if isinstance(reply, Failed) else None
             if isinstance(reply, Log):
                 logging.getLogger(reply.logger).log(reply.level, "%s", reply.message)
                 continue
@@ -117,10 +130,11 @@ class ParserProcess:
         try:
             return call()
         except (EOFError, OSError):
-            how = self._reap()
-            raise ParserDied(
-                f"{request.filename}: the parser process {how} while reading it"
-            ) from None
+            code = self._reap()
+        if code == -signal.SIGXCPU and request.cpu_s:
+            # The kernel's signal at the CPU limit set for this document: its own failure.
+            raise cpu_exceeded(request.filename, request.cpu_s)
+        raise ParserDied(f"{request.filename}: the parser process {_ended(code)} while reading it")
 
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self.close)
@@ -143,7 +157,8 @@ class ParserProcess:
                 f"the parser process did not start within {READY_TIMEOUT_S:.0f} s"
             ) from None
         except (EOFError, OSError):
-            raise ParserDied(f"the parser process {self._reap()} before it was ready") from None
+            how = _ended(self._reap())
+            raise ParserDied(f"the parser process {how} before it was ready") from None
         if not isinstance(reply, Ready):
             self._reap(kill=True)
             raise ParserDied(f"the parser process said {type(reply).__name__} before it was ready")
@@ -159,9 +174,10 @@ class ParserProcess:
         ours, theirs = socket.socketpair()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "stages.parsing.child", str(theirs.fileno())],
+                [*self._command, str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
+                cwd=self._cwd,
             )
         except BaseException:
             ours.close()
@@ -171,14 +187,14 @@ class ParserProcess:
         self._sock = ours
         return ours
 
-    def _reap(self, *, kill: bool = False) -> str:
-        """Stop the parser (if any); how it ended, for messages."""
+    def _reap(self, *, kill: bool = False) -> int | None:
+        """Stop the parser (if any); its exit status (None: none was running)."""
         sock, proc = self._sock, self._proc
         self._sock = self._proc = None
         if sock is not None:
             sock.close()  # a parser between documents exits on EOF
         if proc is None:
-            return "was not running"
+            return None
         if kill:
             proc.kill()
         try:
@@ -186,10 +202,13 @@ class ParserProcess:
         except subprocess.TimeoutExpired:
             proc.kill()  # busy with a document nobody waits for any more
             code = proc.wait()
-        return _ended(code)
+        return code
 
 
-def _ended(code: int) -> str:
+def _ended(code: int | None) -> str:
+    """How a parser ended, for messages."""
+    if code is None:
+        return "was not running"
     if code < 0:
         try:
             return f"was killed by {signal.Signals(-code).name}"

@@ -41,6 +41,12 @@ class ParseRequest(msgspec.Struct, frozen=True, tag=True):
     min_image_bytes: int
     max_image_pixels: int
     trim_cache_every_pages: int
+    #: The parser's address space while it reads the document, in MB (0: no limit).
+    memory_mb: int = 0
+    #: CPU seconds the document may take (0: no limit).
+    cpu_s: int = 0
+    #: Characters of text the document may have (0: no limit).
+    max_chars: int = 0
 
 
 class Units(msgspec.Struct, frozen=True, tag=True):
@@ -56,14 +62,20 @@ class Log(msgspec.Struct, frozen=True, tag=True):
 
 
 class Done(msgspec.Struct, frozen=True, tag=True):
-    pass
+    """The document is read. ``retire``: the parser exits now (it kept more memory than a
+    next document should start with); the worker starts a new one for the next."""
+
+    retire: bool = False
 
 
 class Failed(msgspec.Struct, frozen=True, tag=True):
-    """The document could not be read: ``kind`` is the exception's class name."""
+    """The document could not be read: ``kind`` is the exception's class name.
+    ``retire``: the parser exits now (a limit was exceeded: whatever state the failed
+    allocation left is not the next document's)."""
 
     kind: str
     message: str
+    retire: bool = False
 
 
 class Ready(msgspec.Struct, frozen=True, tag=True):

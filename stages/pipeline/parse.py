@@ -29,8 +29,30 @@ from stages.parsing.formats.unit import Image, Unit
 from stages.parsing.wire import ParseRequest
 from stages.ports.assets import image_key
 from stages.ports.services import Services
+from stages.settings import PipelineSettings
 
 TRIM_CACHE_EVERY_PAGES = 200
+
+
+def parse_request(
+    path: Path, filename: str, media_type: str, settings: PipelineSettings
+) -> ParseRequest:
+    """What the parser process is asked for one document, under the settings' limits."""
+    s = settings
+    return ParseRequest(
+        path=str(path),
+        filename=filename,
+        media_type=media_type,
+        min_image_px=s.min_image_px,
+        min_image_bytes=s.min_image_bytes,
+        max_image_pixels=s.max_image_pixels,
+        # MuPDF's cache would grow to 256 MB on a long document; trimming it every
+        # 200 pages keeps the parser's peak far lower for ~5% more CPU.
+        trim_cache_every_pages=TRIM_CACHE_EVERY_PAGES,
+        memory_mb=s.parse_memory_mb,
+        cpu_s=s.parse_cpu_s,
+        max_chars=s.parse_max_chars,
+    )
 
 
 class ParseOutput(msgspec.Struct, frozen=True):
@@ -66,18 +88,7 @@ class ParseStage:
             return await anyio.to_thread.run_sync(self._parse, job, request, limiter=self._cpu)
 
     def _request(self, path: Path, filename: str, media_type: str) -> ParseRequest:
-        s = self.services.settings
-        return ParseRequest(
-            path=str(path),
-            filename=filename,
-            media_type=media_type,
-            min_image_px=s.min_image_px,
-            min_image_bytes=s.min_image_bytes,
-            max_image_pixels=s.max_image_pixels,
-            # MuPDF's cache would grow to 256 MB on a long document; trimming it every
-            # 200 pages keeps the parser's peak far lower for ~5% more CPU.
-            trim_cache_every_pages=TRIM_CACHE_EVERY_PAGES,
-        )
+        return parse_request(path, filename, media_type, self.services.settings)
 
     def _parse(self, job: Job, request: ParseRequest) -> ParseOutput:
         """Runs in a worker thread; stores images through the event loop as they come."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import msgspec
 
@@ -25,6 +25,11 @@ __all__ = ["Chunk", "ChunkConfig", "ChunkSizes", "chunk_pages", "is_heading"]
 
 _PAGE_JOIN = "\n\n"
 MIN_CHUNK_TOKENS = 16
+#: A document is chunked this many characters of its pages at a time (whole pages; no
+#: chunk spans two runs, and none overlaps the run before): its token prefix array, the
+#: chunker's largest (a dense one is about 30 bytes a character while it is built),
+#: grows with the run, not with the document. A 500-page book is one run.
+WINDOW_CHARS = 2 << 20
 
 
 class ChunkSizes(msgspec.Struct, frozen=True):
@@ -94,15 +99,42 @@ def chunk_pages(
 
     Sizes are in ``counter``'s tokens (default: characters, with a 1,000 window). The
     result depends only on the input, ``config`` and the counter: the same pages give the
-    same chunks. Empty and whitespace-only chunks are never produced.
+    same chunks. Empty and whitespace-only chunks are never produced. A document longer
+    than :data:`WINDOW_CHARS` is cut a run of pages at a time.
     """
     counter = counter or CharCounter()
     sizes = (config or ChunkConfig()).sizes(counter.chunk_tokens)
+    chunks: list[Chunk] = []
+    for window in _windows(pages):
+        chunks.extend(_chunk_window(window, sizes, counter, len(chunks)))
+    return chunks
+
+
+def _windows(pages: Iterable[tuple[int, str]]) -> Iterator[list[tuple[int, str]]]:
+    """The pages in runs of :data:`WINDOW_CHARS` characters or more (the last shorter)."""
+    window: list[tuple[int, str]] = []
+    size = 0
+    for page in pages:
+        window.append(page)
+        size += len(page[1])
+        if size >= WINDOW_CHARS:
+            yield window
+            window, size = [], 0
+    if window:
+        yield window
+
+
+def _chunk_window(
+    pages: list[tuple[int, str]], sizes: ChunkSizes, counter: TokenCounter, first: int
+) -> list[Chunk]:
+    """The chunks of a run of pages, numbered from ``first``: each a copy of its text, so
+    the run's joined text and arrays go once it is cut."""
     parts, page_offsets, page_numbers = _join(pages)
     text = _PAGE_JOIN.join(parts)
     spans = _spans(text, parts, sizes, counter)
     return [
-        _chunk(i, text, s, e, n, page_offsets, page_numbers) for i, (s, e, n) in enumerate(spans)
+        _chunk(first + i, text, s, e, n, page_offsets, page_numbers)
+        for i, (s, e, n) in enumerate(spans)
     ]
 
 

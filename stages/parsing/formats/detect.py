@@ -322,6 +322,13 @@ def _decode_prefix(data: bytes, encoding: str) -> str | None:
 
 def guess_decode(data: bytes) -> str | None:
     """charset-normalizer's best reading of ``data``, or None."""
+    encoding = guess_encoding(data)
+    return None if encoding is None else data.decode(encoding)
+
+
+def guess_encoding(data: bytes) -> str | None:
+    """The encoding charset-normalizer finds likeliest for ``data`` (a Python codec
+    name), or None."""
     from charset_normalizer import from_bytes  # here: only non-UTF-8 text needs it
 
     results = from_bytes(data)
@@ -336,8 +343,8 @@ def guess_decode(data: bytes) -> str | None:
             best.percent_coherence,
         )
         if tied and "cp1252" in match.could_be_from_charset:
-            return str(match)
-    return str(best)
+            return str(match.encoding)
+    return str(best.encoding)
 
 
 def _control_share(text: str) -> float:

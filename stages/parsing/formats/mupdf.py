@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import warnings
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,8 +29,9 @@ from pymupdf import mupdf
 
 from runtime.api import InvalidDocument, one_line
 from stages.parsing.formats.detect import Format
-from stages.parsing.formats.pdf import iter_pages
+from stages.parsing.formats.pdf import iter_pages, release_document_memory
 from stages.parsing.formats.unit import Image, Unit
+from stages.parsing.limits import ParseLimitExceeded
 
 __all__ = ["read_mupdf"]
 
@@ -42,6 +45,13 @@ _IMAGES = frozenset({"PNG", "JPEG", "TIFF", "GIF", "BMP", "JPEG 2000"})
 _PICTURES = _IMAGES | {"CBZ"}
 #: An SVG without text is rendered at this scale (then capped by max_image_pixels).
 SVG_SCALE = 2.0
+#: A markup part of an EPUB or XPS (a chapter, a page) that unpacks to more is refused
+#: before MuPDF reads it: MuPDF holds a part's whole tree and layout, tens of times its
+#: size (32 MB of one-letter paragraphs is over the parser's 1 GB), and a page of more
+#: takes it minutes before it runs out. A book's chapter is a few MB at most.
+MAX_MARKUP_PART_BYTES = 32 << 20
+_ZIPPED_MARKUP = frozenset({"EPUB", "XPS"})
+_MARKUP = re.compile(r"\.(?:x?html?|xml|fpage|fdoc|fdseq|opf|ncx|svg|rels)$", re.IGNORECASE)
 
 
 def read_mupdf(path: Path, fmt: Format, name: str, limits: tuple[int, int, int]) -> Iterator[Unit]:
@@ -51,6 +61,8 @@ def read_mupdf(path: Path, fmt: Format, name: str, limits: tuple[int, int, int])
     """
     if fmt.name in _IMAGES:
         _check_pixels(path, fmt, name, limits[2])
+    if fmt.name in _ZIPPED_MARKUP:
+        _check_parts(path, fmt, name)
     if fmt.name in _PICTURES:
         # The picture is the document: no size makes it decoration.
         limits = (1, 0, limits[2])
@@ -66,18 +78,13 @@ def read_mupdf(path: Path, fmt: Format, name: str, limits: tuple[int, int, int])
             )
     finally:
         doc.close()
+        release_document_memory()
 
 
 def _check_pixels(path: Path, fmt: Format, name: str, max_pixels: int) -> None:
     """Refuse a picture too large to decode before decoding it (a decompression bomb)."""
     try:
-        with warnings.catch_warnings():
-            # Only the header is read; the limit below is ragline's own.
-            warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)
-            with PILImage.open(path) as img:
-                width, height = img.size
-    except PILImage.DecompressionBombError:
-        width = height = max_pixels
+        width, height = _declared_size(path)
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
         return  # MuPDF's own error, on open, names what is wrong
     if width * height > max_pixels:
@@ -87,6 +94,42 @@ def _check_pixels(path: Path, fmt: Format, name: str, max_pixels: int) -> None:
                 f"{max_pixels}; scale it down"
             )
         )
+
+
+def _check_parts(path: Path, fmt: Format, name: str) -> None:
+    """Refuse a container with a markup part over :data:`MAX_MARKUP_PART_BYTES` (by the
+    size the zip declares: what MuPDF unpacks stops there)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return  # MuPDF's own error, on open, names what is wrong
+    for member in members:
+        if member.file_size > MAX_MARKUP_PART_BYTES and _MARKUP.search(member.filename):
+            raise ParseLimitExceeded(
+                one_line(
+                    f"{name}: its part {member.filename} unpacks to "
+                    f"{member.file_size >> 20} MB, more than the "
+                    f"{MAX_MARKUP_PART_BYTES >> 20} MB an {fmt.name} part may have; refused "
+                    "as a possible zip bomb"
+                )
+            )
+
+
+def _declared_size(path: Path) -> tuple[int, int]:
+    """The picture's width and height as its header declares them. Only the header is
+    read, so Pillow's own decompression-bomb check (which would refuse before saying the
+    size) is off meanwhile: the limit is ragline's own."""
+    bomb_pixels = PILImage.MAX_IMAGE_PIXELS
+    PILImage.MAX_IMAGE_PIXELS = None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)
+            with PILImage.open(path) as img:
+                width, height = img.size
+    finally:
+        PILImage.MAX_IMAGE_PIXELS = bomb_pixels
+    return width, height
 
 
 def _open(path: Path, fmt: Format, name: str) -> Any:
@@ -121,8 +164,14 @@ def _units(doc: Any, fmt: Format, name: str, limits: tuple[int, int, int]) -> It
         end = min(start + BATCH_PAGES, doc.page_count)
         pdf = _to_pdf(doc, start, end, fmt, name)
         try:
+            # MuPDF's store keeps the source's layout between batches: emptied after each,
+            # a reflowable chapter was laid out again for every batch (quadratic in it).
             pages = iter_pages(
-                pdf, min_image_px=min_px, min_image_bytes=min_bytes, max_image_pixels=max_pixels
+                pdf,
+                min_image_px=min_px,
+                min_image_bytes=min_bytes,
+                max_image_pixels=max_pixels,
+                release=False,
             )
             for text, images in pages:
                 number = start + text.page

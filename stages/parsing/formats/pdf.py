@@ -43,6 +43,7 @@ __all__ = [
     "PageText",
     "iter_pages",
     "open_pdf",
+    "release_document_memory",
 ]
 
 log = logging.getLogger(__name__)
@@ -198,6 +199,7 @@ def iter_pages(
     min_image_bytes: int = DEFAULT_MIN_IMAGE_BYTES,
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
     trim_cache_every_pages: int = 0,
+    release: bool = True,
 ) -> Iterator[tuple[PageText, list[Image]]]:
     """Yield ``(text, new images)`` for each page of ``doc``, in order.
 
@@ -217,7 +219,8 @@ def iter_pages(
     since it last was (to PNG; each only once per document) pass
     :data:`DECODED_IMAGES_BUDGET`: on the corpus's six most image-heavy manuals a parsing
     process peaked at 121 MB instead of 158 MB. After the last page the store and the glyph
-    cache are emptied and free heap returned to the system.
+    cache are emptied and free heap returned to the system (``release=False``: not, for a
+    caller that reads another document still open, whose cached state it keeps).
     """
     seen = _Seen()
     limits = (min_image_px, min_image_bytes, max_image_pixels)
@@ -229,10 +232,11 @@ def iter_pages(
             pymupdf.TOOLS.store_shrink(100)
             seen.decoded = 0
         yield PageText(page=number + 1, text=text), images
-    _release_document_memory()
+    if release:
+        release_document_memory()
 
 
-def _release_document_memory() -> None:
+def release_document_memory() -> None:
     """Drop what MuPDF cached for the document just read (its store of decoded fonts and
     images, its glyph cache: nothing another document reuses) and hand the freed heap
     back to the system. On bench.ingest's 60 largest PDFs a parsing process then peaked

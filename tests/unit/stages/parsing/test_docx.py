@@ -111,7 +111,7 @@ def made(path: Path) -> Path:
 
 
 def test_every_word_a_reader_sees_is_read_once_and_deleted_text_not(tmp_path: Path) -> None:
-    sections = docx_sections(made(tmp_path / "mills.docx"), "mills.docx", LIMITS)
+    sections = list(docx_sections(made(tmp_path / "mills.docx"), "mills.docx", LIMITS))
     text = "\n".join(s.section.text for s in sections)
     for phrase in (
         "Millers ground grain using tidal power",  # a tracked insertion
@@ -133,7 +133,7 @@ def test_every_word_a_reader_sees_is_read_once_and_deleted_text_not(tmp_path: Pa
 
 
 def test_the_text_box_follows_the_paragraph_it_is_anchored_in(tmp_path: Path) -> None:
-    sections = docx_sections(made(tmp_path / "mills.docx"), "mills.docx", LIMITS)
+    sections = list(docx_sections(made(tmp_path / "mills.docx"), "mills.docx", LIMITS))
     paragraphs = sections[0].section.text.split("\n\n")
     at = paragraphs.index("An anchored box")
     assert paragraphs[at + 1] == "Undershot waterwheel", paragraphs
