@@ -67,9 +67,7 @@ async def test_a_readable_document_ranked_deep_is_found(
     """Thirty files match the query; the caller may read only the one ranked last."""
     files = [tmp_path / f"f{n:02d}.md" for n in range(30)]
     for n, path in enumerate(files):
-        path.write_text(
-            f"# File {n}\n\n" + f"lantern {'lantern ' * (30 - n)} words {n}. " * 10
-        )
+        path.write_text(f"# File {n}\n\n" + f"lantern {'lantern ' * (30 - n)} words {n}. " * 10)
     async with cohere_pipeline(fake_cohere) as env:
         ids = await env.submit_all(files)
         await env.run()
