@@ -50,7 +50,7 @@ __all__ = [
 _MB = 1 << 20
 _POLL_S = 0.02
 _REPO = Path(__file__).resolve().parents[2]
-#: What a DOCX bomb repeats: a paragraph of one letter (33 bytes of XML each).
+#: What a DOCX bomb repeats: a paragraph of one letter (34 bytes of XML each).
 _DOCX_PARAGRAPH = b"<w:p><w:r><w:t>a</w:t></w:r></w:p>"
 _W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 _WORDS = b"tide harbour lighthouse keeper lamp lens beacon reef shoal current swell gale "
@@ -251,14 +251,16 @@ class Bomb(msgspec.Struct, frozen=True):
 
 
 _DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
-#: Each bomb kind at full size; ``-max``: the largest the parser's caps let through
-#: (a DOCX part of 256 MB, an EPUB or XPS part of 32 MB, 10,000 levels of HTML, 50 million
-#: characters of text).
+#: Each bomb kind at full size; ``-max``: the largest the parser's part caps let through
+#: (a DOCX part of 256 MB, an EPUB or XPS part of 32 MB); ``epub-slow``: a chapter of
+#: tiny paragraphs MuPDF lays out into tens of thousands of pages, each drawn by walking
+#: the whole chapter (minutes of CPU, little memory).
 BOMBS = {
     "docx": Bomb("bomb.docx", _DOCX, docx_bomb, 900.0),
     "docx-max": Bomb("bomb-max.docx", _DOCX, docx_bomb, 255.0),
     "epub": Bomb("bomb.epub", "application/epub+zip", epub_bomb, 200.0),
     "epub-max": Bomb("bomb-max.epub", "application/epub+zip", epub_bomb, 31.0),
+    "epub-slow": Bomb("bomb-slow.epub", "application/epub+zip", epub_bomb, 4.0),
     "xps": Bomb("bomb.xps", "application/vnd.ms-xpsdocument", xps_bomb, 200.0),
     "xps-max": Bomb("bomb-max.xps", "application/vnd.ms-xpsdocument", xps_bomb, 31.0),
     "html": Bomb("deep.html", "text/html", html_nesting_bomb, 100_000),

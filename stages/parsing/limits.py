@@ -95,7 +95,8 @@ def apply(memory_mb: int, cpu_s: int) -> None:
     if cpu_s:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         used = usage.ru_utime + usage.ru_stime
-        _set_soft(resource.RLIMIT_CPU, int(used) + 1 + cpu_s)
+        # Whole seconds of the process's CPU: the document gets at most cpu_s of its own.
+        _set_soft(resource.RLIMIT_CPU, max(int(used + cpu_s), int(used) + 1))
     else:
         _set_soft(resource.RLIMIT_CPU, resource.RLIM_INFINITY)
 

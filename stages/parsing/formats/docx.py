@@ -157,7 +157,7 @@ class _Package:
         if info.file_size > MAX_PART_BYTES:
             raise ParseLimitExceeded(
                 one_line(
-                    f"{self.name}: its part {member} unpacks to {info.file_size >> 20} MB, "
+                    f"{self.name}: its part {member} unpacks to {info.file_size / 2**20:.1f} MB, "
                     f"more than the {MAX_PART_BYTES >> 20} MB a DOCX part may have "
                     "(reading it would take minutes); refused as a possible zip bomb"
                 )

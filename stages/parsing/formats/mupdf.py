@@ -109,7 +109,7 @@ def _check_parts(path: Path, fmt: Format, name: str) -> None:
             raise ParseLimitExceeded(
                 one_line(
                     f"{name}: its part {member.filename} unpacks to "
-                    f"{member.file_size >> 20} MB, more than the "
+                    f"{member.file_size / 2**20:.1f} MB, more than the "
                     f"{MAX_MARKUP_PART_BYTES >> 20} MB an {fmt.name} part may have; refused "
                     "as a possible zip bomb"
                 )
