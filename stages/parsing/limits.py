@@ -2,7 +2,7 @@
 CPU time (``RLIMIT_CPU``) and the characters of text it may yield, and what exceeding
 each reads as.
 
-The parser sets both before each document (:func:`apply`): the address space is capped
+The parser sets the first two before each document (:func:`apply`): the address space is capped
 at ``memory_mb`` for the whole process (start-up included, ~260 MB with every reader
 loaded), the CPU time at what it has used so far plus ``cpu_s``, so each document gets
 the same budget although one parser reads many. An allocation over the cap fails: Python
@@ -15,10 +15,10 @@ reads that death as :func:`cpu_exceeded` and starts a new parser for the next do
 The text limit (:func:`text_exceeded`) is counted by the parser as it reads: every stage
 after parse holds a document's text (the worker's parse stage its pages, the chunk stage
 its pages and chunks), so its size bounds theirs. Neither the memory nor the CPU limit
-scales with pages: every reader streams a page (or section) at a time, so
-memory does not grow with the page count, and 120 s of CPU is tens of thousands of PDF
-pages (a 2,000-page PDF parses in well under 20 s on the development machine). Why, and
-the figures: docs/formats.md, "The parser's limits".
+scales with pages: the readers stream a page (or section) at a time (HTML and Markdown
+but for their parsers' trees), so memory does not grow with the page count, and 120 s
+of CPU is tens of thousands of PDF pages (a 2,000-page PDF parses in well under 20 s on
+the development machine). Why, and the figures: docs/formats.md, "The parser's limits".
 """
 
 from __future__ import annotations
