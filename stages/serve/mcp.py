@@ -15,16 +15,21 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import io
+import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, ParamSpec, TypeVar
 
+import anyio
+import anyio.to_thread
 import asyncpg
 import msgspec
 from litestar.exceptions import HTTPException
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import CallToolResult, InputRequiredResult, ToolAnnotations
 from pydantic import Field, ValidationError
@@ -596,9 +601,21 @@ async def _spool(door: Door, content: str, filename: str | None) -> uploads.Spoo
 
 
 async def run_stdio(door: Door) -> None:
-    """Serve ``door`` over stdin/stdout until the client closes them."""
-    async with door.services.lifespan():
-        await build_server(door).run_stdio_async()
+    """Serve ``door`` over stdin/stdout until the client closes stdin (or the caller
+    cancels: a blocked read of stdin does not hold the cancellation up)."""
+    server = build_server(door)._lowlevel_server  # what run_stdio_async runs, with our stdin
+    stdin = _Stdin(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+    async with door.services.lifespan(), stdio_server(stdin=stdin) as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+class _Stdin(anyio.AsyncFile[str]):
+    """stdin read in a thread that a cancellation abandons: SIGTERM stops the server even
+    while its client keeps the pipe open (anyio's own file waits for the read to return)."""
+
+    async def readline(self) -> str:
+        line: str = await anyio.to_thread.run_sync(self.wrapped.readline, abandon_on_cancel=True)
+        return line
 
 
 def http_app(door: Door, max_body_bytes: int) -> tuple[RaglineMcp, Any]:
