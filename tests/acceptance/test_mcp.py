@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import io
+import json
+import re
 import signal
 import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -31,6 +36,7 @@ from bench.harness.serve import Server, running_server
 from tests.support.embedded_helpers import EmbeddedCli, postmaster_pid, wait_for_exit
 
 REPO = Path(__file__).resolve().parents[2]
+DOC = REPO / "docs" / "mcp.md"
 SAMPLES = REPO / "samples"
 TOOLS = {
     "search",
@@ -284,3 +290,55 @@ def mcp_error(exc: BaseException) -> MCPError:
         seen = seen.__context__ or seen.__cause__
     assert isinstance(seen, MCPError), repr(exc)
     return seen
+
+
+# -- the examples of docs/mcp.md, run as written ----------------------------------------
+
+
+def doc_blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", DOC.read_text(), re.S)
+
+
+async def test_the_documented_stdio_config_starts_a_server(cli: Cli, tmp_path: Path) -> None:
+    """The ``mcpServers`` entry as a client runs it: its command on PATH (this venv's
+    ``ragline``), its args, its env with the test's database for the example's."""
+    entry = json.loads(doc_blocks("json")[0])["mcpServers"]["ragline"]
+    assert entry["env"]["DATABASE_URL"].startswith("postgresql://")
+    command = Path(sys.executable).parent / entry["command"]
+    env = cli_env(**{**entry["env"], "DATABASE_URL": cli.dsn})
+    params = StdioServerParameters(
+        command=str(command), args=entry["args"], env=env, cwd=str(tmp_path)
+    )
+    with (cli.logs / "doc-stdio.err").open("w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            await check_tools(client)
+            status = await call(client, "pipeline_status")
+            assert status["stages"][0]["stage"] == "parse"
+
+
+async def test_the_documented_http_config_and_python_client(cli: Cli) -> None:
+    entry = json.loads(doc_blocks("json")[1])["mcpServers"]["ragline"]
+    assert entry["type"] == "http" and entry["url"].endswith("/mcp")
+    [python] = doc_blocks("python")
+    with running_server(cli, RAGLINE_API_TOKENS="TOKEN") as server:
+        url = entry["url"].replace("https://ragline.example", server.url)
+        async with (
+            httpx2.AsyncClient(headers=entry["headers"]) as http,
+            Client(streamable_http_client(url, http_client=http)) as client,
+        ):
+            await check_tools(client)
+            tides = base64.b64encode((SAMPLES / "tides.md").read_bytes()).decode()
+            await call(client, "submit", content_base64=tides, filename="tides.md")
+        await work(cli)
+        printed = await run_snippet(python.replace("https://ragline.example", server.url))
+    assert printed.startswith("tides.md, p") and "› Spring and Neap Tides [document" in printed
+
+
+async def run_snippet(code: str) -> str:
+    """The README-style snippet (top-level ``await``) in a coroutine; what it printed."""
+    lines = io.StringIO()
+    body = textwrap.indent(code, "    ")
+    namespace: dict[str, Any] = {"print": lambda *a: print(*a, file=lines)}
+    exec(f"async def snippet():\n{body}", namespace)
+    await namespace["snippet"]()
+    return lines.getvalue().strip()
