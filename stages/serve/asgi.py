@@ -19,6 +19,7 @@ from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.static_files import create_static_files_router
 from litestar.types import Receive, Scope, Send
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from runtime.api import EventHub, open_pool
 from stages.serve import http_api as api
@@ -36,7 +37,7 @@ STATIC = Path(__file__).parent / "static"
 @contextlib.asynccontextmanager
 async def lifespan(app: Litestar) -> AsyncIterator[None]:
     ctx: ServeContext = app.state.ctx
-    mcp_sessions: Any = app.state.mcp_sessions
+    mcp_sessions: StreamableHTTPSessionManager = app.state.mcp_sessions
     async with open_pool(ctx.dsn) as pool, ctx.services.lifespan(), mcp_sessions.run():
         hub = EventHub(ctx.dsn, pool)
         async with anyio.create_task_group() as tg:
@@ -78,11 +79,13 @@ def mcp_door(ctx: ServeContext) -> mcp.Door:
     )
 
 
-def mcp_route(sessions: Any) -> ASGIRouteHandler:
+def mcp_route(sessions: StreamableHTTPSessionManager) -> ASGIRouteHandler:
     """``/mcp``: the SDK's streamable HTTP transport, behind this app's middleware."""
 
+    forward: Any = sessions.handle_request  # Starlette's ASGI types: Litestar's, spelled apart
+
     async def handle(scope: Scope, receive: Receive, send: Send) -> None:
-        await sessions.handle_request(scope, receive, send)
+        await forward(scope, receive, send)
 
     return asgi(MCP_PATH, copy_scope=True)(handle)
 
@@ -92,7 +95,7 @@ def build_app(ctx: ServeContext) -> Litestar:
         CORSConfig(allow_origins=list(ctx.config.cors_origins)) if ctx.config.cors_origins else None
     )
     # A base64 upload is 4/3 of its bytes, in a JSON-RPC envelope.
-    _, sessions = mcp.http_app(mcp_door(ctx), ctx.config.max_upload_bytes * 4 // 3 + (1 << 20))
+    sessions = mcp.http_app(mcp_door(ctx), ctx.config.max_upload_bytes * 4 // 3 + (1 << 20))
     app = Litestar(
         route_handlers=[
             api.DocumentsApi,

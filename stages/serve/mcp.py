@@ -28,17 +28,20 @@ import asyncpg
 import msgspec
 from litestar.exceptions import HTTPException
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.stdio import stdio_server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import CallToolResult, InputRequiredResult, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from runtime.api import (
     DocumentRepository,
+    JobRow,
     MissingInput,
     Pool,
     RaglineError,
+    Submitted,
     one_line,
 )
 from stages.actions import browse
@@ -109,6 +112,8 @@ class RaglineMcp(MCPServer[Any]):
     ) -> CallToolResult | InputRequiredResult:
         try:
             return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError:
+            raise  # one line already; the SDK logs its traceback on the server's side
         except ToolError as exc:
             cause = exc.__cause__
             if isinstance(cause, ValidationError):
@@ -181,7 +186,7 @@ def hit_out(hit: Answer) -> dict[str, Any]:
     return out
 
 
-def job_line(job: Any) -> str:
+def job_line(job: JobRow) -> str:
     took = ""
     if job.finished_at and job.started_at:
         took = f" {(job.finished_at - job.started_at).total_seconds():.1f}s"
@@ -532,7 +537,7 @@ async def _submit_path(
     collection: str,
     readers: list[str] | None,
     metadata: list[str] | None,
-) -> Any:
+) -> Submitted:
     if not door.paths:
         raise ToolError("submit by path is for a local (stdio) server; send content_base64")
     pairs = uploads.metadata_of(metadata or (), "metadata")
@@ -559,7 +564,7 @@ async def _upload(
     collection: str,
     readers: list[str] | None,
     metadata: list[str] | None,
-) -> Any:
+) -> Submitted:
     """The bytes through the HTTP upload's own path: spooled, checked, stored once."""
     about = uploads.About(
         readers=None if readers == ["*"] else tuple(readers) if readers else caller.principals,
@@ -618,8 +623,8 @@ class _Stdin(anyio.AsyncFile[str]):
         return line
 
 
-def http_app(door: Door, max_body_bytes: int) -> tuple[RaglineMcp, Any]:
-    """The server and its streamable HTTP session manager, stateless, JSON answers: what
+def http_app(door: Door, max_body_bytes: int) -> StreamableHTTPSessionManager:
+    """The server's streamable HTTP session manager, stateless, JSON answers: what
     ``serve`` mounts at :data:`MCP_PATH` (its own middleware checks the host and the
     token, so the SDK's DNS-rebinding check is off)."""
     server = build_server(door)
@@ -630,4 +635,4 @@ def http_app(door: Door, max_body_bytes: int) -> tuple[RaglineMcp, Any]:
         max_request_body_size=max_body_bytes,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
-    return server, server.session_manager
+    return server.session_manager
