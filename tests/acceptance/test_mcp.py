@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -213,23 +212,38 @@ def test_sigterm_with_stdin_open_undoes_what_it_started(
     started) and dies by the signal."""
     cli = EmbeddedCli("", embedded_base / "data", tmp_path / "logs")
     users = cli.data_dir / "users"
-    argv = cli.argv("mcp")
+    pipe = subprocess.PIPE
     with subprocess.Popen(
-        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=cli_env()
+        cli.argv("mcp"), stdin=pipe, stdout=pipe, env=cli_env(), cwd=REPO
     ) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
         try:
-            deadline = time.monotonic() + 60
-            while not (users.is_dir() and list(users.iterdir())):
-                assert proc.poll() is None and time.monotonic() < deadline, "mcp did not start"
-                time.sleep(0.1)
+            # An answer to initialize: it is in the stdio loop, blocked on the next read.
+            proc.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+            proc.stdin.flush()
+            answer = json.loads(proc.stdout.readline())
+            assert answer["id"] == 1 and answer["result"]["serverInfo"]["name"] == "ragline"
+            assert list(users.iterdir()), "not registered as a user of the cluster"
             postmaster = postmaster_pid(cli.data_dir)
-            time.sleep(1)  # into the stdio loop, blocked on a read of the open pipe
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(60) == -signal.SIGTERM
         finally:
             proc.kill()
     assert not list(users.iterdir()), "its registration was left behind"
     wait_for_exit(postmaster, 30)
+
+
+#: A client's first message (the handshake's, as the SDK's client sends it).
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"},
+    },
+}
 
 
 async def test_http_behind_tokens_and_readers(cli: Cli) -> None:
