@@ -117,7 +117,8 @@ async def check_tools(client: Client) -> None:
 async def test_stdio_lists_submits_searches_and_reads(cli: Cli) -> None:
     async with stdio_client_of(cli) as client:
         await check_tools(client)
-        by_path = await call(client, "submit", path=str(SAMPLES / "sourdough.pdf"))
+        sourdough = str(SAMPLES / "sourdough.pdf")
+        by_path = await call(client, "submit", path=sourdough, readers=["alice"])
         assert by_path["created"] is True and by_path["status"] == "pending"
         tides = base64.b64encode((SAMPLES / "tides.md").read_bytes()).decode()
         sent = await call(
@@ -187,6 +188,16 @@ async def test_stdio_lists_submits_searches_and_reads(cli: Cli) -> None:
         assert "cannot read" in await refused(client, "submit", path=str(cli.logs / "none.pdf"))
         assert "either path or content_base64" in await refused(client, "submit")
         assert "Unknown tool" in await refused(client, "no_such_tool")
+
+    # --as: a caller with principals; the sourdough PDF is alice's alone.
+    async with stdio_client_of(cli, "--as", "bob") as bob:
+        listed = await call(bob, "list_documents")
+        assert [d["filename"] for d in listed["documents"]] == ["tides.md"]
+        found = await call(bob, "search", query="sourdough starter", k=10)
+        assert by_path["document_id"] not in {h["document_id"] for h in found["hits"]}
+        assert "no document" in await refused(
+            bob, "read_page", document_id=by_path["document_id"], page=1
+        )
 
 
 async def test_stdio_on_the_embedded_defaults(embedded_base: Path, tmp_path: Path) -> None:
