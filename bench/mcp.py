@@ -69,7 +69,7 @@ async def by_http(url: str, calls: int) -> tuple[str, str]:
         ask = {"query": QUERY, "k": 5}
         mcp = await timed(lambda: client.call_tool("search", ask), calls)
     async with httpx.AsyncClient(base_url=url) as plain:
-        params = {"q": QUERY, "k": 5}
+        params: dict[str, str | int] = {"q": QUERY, "k": 5}
         api = await timed(lambda: plain.get("/v1/search", params=params), calls)
     return mcp, api
 
