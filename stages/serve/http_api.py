@@ -35,20 +35,25 @@ from litestar.params import Parameter
 
 from runtime.api import (
     ConfigurationError,
-    Document,
     DocumentRepository,
-    JobRow,
     MissingInput,
-    ProviderState,
     retry_failed_jobs,
     stage_table,
     timeline,
 )
 from stages.actions import documents
-from stages.actions.documents import Reprocessing
-from stages.actions.search import MODES, Answer, Filters, filters_of, search
+from stages.actions.search import MODES, Filters, filters_of, search
 from stages.db import model_switch
 from stages.db import serve as serve_db
+from stages.http_types import Accepted as Accepted
+from stages.http_types import Answer as Answer
+from stages.http_types import Counts as Counts
+from stages.http_types import DocumentDetail as DocumentDetail
+from stages.http_types import DocumentOut as DocumentOut
+from stages.http_types import DocumentPage as DocumentPage
+from stages.http_types import Reprocessing as Reprocessing
+from stages.http_types import Requeued as Requeued
+from stages.http_types import StageOut as StageOut
 from stages.pipeline import STAGES
 from stages.ports.collections import check_collection_name
 from stages.serve import access, uploads
@@ -63,65 +68,6 @@ MAX_K = 100
 COLLECTION = "^[a-z0-9][a-z0-9_-]{0,62}$"
 
 
-class DocumentOut(msgspec.Struct, kw_only=True):
-    id: uuid.UUID
-    filename: str
-    status: str
-    stage: str | None
-    error: str | None
-    generation: int
-    byte_size: int
-    sha256: str
-    created_at: datetime
-    updated_at: datetime
-    url: str
-
-    @classmethod
-    def of(cls, d: Document) -> DocumentOut:
-        return cls(
-            id=d.id,
-            filename=d.filename,
-            status=str(d.status),
-            stage=d.stage,
-            error=d.error,
-            generation=d.generation,
-            byte_size=d.byte_size,
-            sha256=d.sha256,
-            created_at=d.created_at,
-            updated_at=d.updated_at,
-            url=f"/v1/documents/{d.id}",
-        )
-
-
-class DocumentPage(msgspec.Struct, kw_only=True):
-    documents: list[DocumentOut]
-    #: Pass as ``cursor`` for the next page; null on the last one.
-    next_cursor: str | None
-
-
-class Counts(msgspec.Struct, kw_only=True):
-    pages: int
-    images: int
-    described_images: int
-    chunks: int
-    #: Points in the vector index (null when the index could not be asked).
-    points: int | None
-
-
-class DocumentDetail(DocumentOut, kw_only=True):
-    #: Every job of every generation, oldest first: the stage timeline with attempts.
-    jobs: list[JobRow]
-    #: Why a live document is not done yet (one line), else null.
-    waiting: str | None
-    counts: Counts
-
-
-class Accepted(msgspec.Struct, kw_only=True):
-    id: uuid.UUID
-    created: bool
-    status_url: str
-
-
 class ReprocessRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: The stage to run again from (the schema's enum; the action checks it, saying so).
     from_: Annotated[str, msgspec.Meta(extra_json_schema={"extra": {"enum": list(STAGES)}})] = (
@@ -134,24 +80,6 @@ class ReprocessRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     collection: (
         Annotated[str, msgspec.Meta(extra_json_schema={"extra": {"pattern": COLLECTION}})] | None
     ) = None
-
-
-class Requeued(msgspec.Struct, kw_only=True):
-    document_id: uuid.UUID
-    stage: str
-
-
-class StageOut(msgspec.Struct, kw_only=True):
-    stage: str
-    queued: int
-    backing_off: int
-    running: int
-    failed: int
-    oldest_queued_s: float
-    oldest_running_s: float
-    workers: int
-    #: The providers this stage's jobs call, with their circuits (as in `status --json`).
-    providers: list[ProviderState] = msgspec.field(default_factory=list)
 
 
 def ctx_of(state: State) -> ServeContext:
