@@ -55,6 +55,7 @@ FAST_PROVIDERS = {
     "RAGLINE_RETRY_BASE_S": "0.2",
     "RAGLINE_POLL_S": "0.2",
 }
+UPLOAD_KEY_SQL = "SELECT document_id FROM upload_keys WHERE key = $1"
 #: Seconds a document may take through the pipeline on a busy two-core machine.
 READY_S = 90
 
@@ -109,6 +110,11 @@ def note(tmp_path: Path, name: str, words: str, size: int = 0) -> Path:
 
 def count_documents(cli: Cli, sha256: str) -> int:
     return int(sql(cli.dsn, "SELECT count(*) FROM documents WHERE sha256 = $1", sha256)[0][0])
+
+
+def upload_key_names(cli: Cli, key: str | None) -> list[uuid.UUID]:
+    """The document the server stored under an Idempotency-Key."""
+    return [r[0] for r in sql(cli.dsn, UPLOAD_KEY_SQL, key)]
 
 
 def no_keepalive(url: str) -> httpx.Client:
@@ -214,8 +220,9 @@ def test_upload_cut_midway_is_sent_again_under_the_same_key(
         proxy.cut_request(10_000, prefix="POST /v1/documents")
         with Client(http=no_keepalive(proxy.url)) as proxied:
             accepted = proxied.upload(path)
-        posts = proxy.lines("POST /v1/documents")
-    assert len(posts) == 2 and accepted.created
+        keys = proxy.header("POST /v1/documents", "Idempotency-Key")
+    assert len(keys) == 2 and keys[0] and keys[0] == keys[1], keys
+    assert accepted.created
     detail = client.get(accepted)
     assert count_documents(cli, detail.sha256) == 1
 
@@ -235,6 +242,7 @@ def test_upload_whose_answer_was_lost_is_one_document(
                 proxied.upload(path, idempotency_key=key)
             again = proxied.upload(path, idempotency_key=key)
     assert not again.created
+    assert upload_key_names(cli, key) == [again.id]
     detail = client.get(again)
     assert count_documents(cli, detail.sha256) == 1
     # And the client does the same by itself when it may retry.
@@ -243,7 +251,9 @@ def test_upload_whose_answer_was_lost_is_one_document(
         proxy.drop_response(prefix="POST /v1/documents")
         with Client(http=no_keepalive(proxy.url)) as proxied:
             by_itself = proxied.upload(other)
-        assert len(proxy.lines("POST /v1/documents")) == 2
+        keys = proxy.header("POST /v1/documents", "Idempotency-Key")
+    assert len(keys) == 2 and keys[0] and keys[0] == keys[1], keys
+    assert upload_key_names(cli, keys[0]) == [by_itself.id]
     assert not by_itself.created
     assert count_documents(cli, client.get(by_itself).sha256) == 1
 

@@ -48,6 +48,8 @@ class FaultProxy:
         self._rules: list[Rule] = []
         #: (time.monotonic(), request line) of every request, in arrival order.
         self.seen: list[tuple[float, str]] = []
+        #: Every request's head (request line and headers), in arrival order.
+        self.heads: list[str] = []
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -68,9 +70,11 @@ class FaultProxy:
         with self._lock:
             self._rules.append(rule)
 
-    def _take(self, line: str) -> Rule | None:
+    def _take(self, head: str) -> Rule | None:
+        line = head.split("\r\n", 1)[0]
         with self._lock:
             self.seen.append((time.monotonic(), line))
+            self.heads.append(head)
             for rule in self._rules:
                 if rule.times > 0 and line.startswith(rule.prefix):
                     rule.times -= 1
@@ -80,6 +84,12 @@ class FaultProxy:
     def lines(self, prefix: str = "") -> list[str]:
         with self._lock:
             return [line for _, line in self.seen if line.startswith(prefix)]
+
+    def header(self, prefix: str, name: str) -> list[str | None]:
+        """Header ``name``'s value in each request whose line starts with ``prefix``."""
+        with self._lock:
+            heads = [h for h in self.heads if h.startswith(prefix)]
+        return [_header_of(h, name) for h in heads]
 
     # -- connections ---------------------------------------------------------------------
 
@@ -96,8 +106,7 @@ class FaultProxy:
             head, rest = _read_head(client)
             if not head:
                 return
-            line = head.split(b"\r\n", 1)[0].decode("latin-1")
-            rule = self._take(line)
+            rule = self._take(head.decode("latin-1"))
             if rule is not None and rule.action == "answer":
                 client.sendall(_canned(rule))
                 return
@@ -124,6 +133,14 @@ class FaultProxy:
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _header_of(head: str, name: str) -> str | None:
+    for line in head.split("\r\n")[1:]:
+        key, _, value = line.partition(":")
+        if key.strip().lower() == name.lower():
+            return value.strip()
+    return None
 
 
 def _read_head(sock: socket.socket) -> tuple[bytes, bytes]:
