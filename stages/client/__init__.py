@@ -6,10 +6,11 @@ server's event stream, else polling), search with search's filters, list, retry,
 reprocess, delete, and follow document events across reconnects (``Last-Event-ID``).
 Answers are the server's own structs (:mod:`stages.http_types`); errors are one exception
 per problem kind (:mod:`stages.client.errors`). The LangChain and LlamaIndex retrievers
-(extras ``ragline[langchain]``, ``ragline[llamaindex]``) wrap it.
+(extras ``ragline[langchain]``, ``ragline[llamaindex]``) wrap it:
+:mod:`stages.client.langchain_retriever`, :mod:`stages.client.llamaindex_retriever`.
 """
 
-from stages.client._core import DocumentRef, RetryPolicy
+from stages.client._core import DocumentRef, RetryPolicy, citation
 from stages.client.aio import AsyncClient, AsyncEventStream
 from stages.client.errors import (
     ApiError,
@@ -80,4 +81,5 @@ __all__ = [
     "Unavailable",
     "UnsupportedType",
     "WaitTimeout",
+    "citation",
 ]

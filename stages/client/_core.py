@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import msgspec
@@ -23,7 +23,14 @@ from stages.client.errors import (
     DocumentDeleted,
     DocumentFailed,
 )
-from stages.http_types import Accepted, DocumentDetail, DocumentEvent, DocumentOut, Problem
+from stages.http_types import (
+    Accepted,
+    Answer,
+    DocumentDetail,
+    DocumentEvent,
+    DocumentOut,
+    Problem,
+)
 
 log = logging.getLogger("stages.client")
 
@@ -321,6 +328,46 @@ def document_id(document: DocumentRef) -> uuid.UUID:
         except ValueError:
             raise BadRequest(f"not a document id: {document!r}") from None
     return document.id
+
+
+#: Search's filters a retriever takes in ``filters`` (the keyword arguments of ``search``).
+FILTERS = frozenset(
+    {"documents", "source", "path", "types", "since", "until", "meta", "pages", "section"}
+)
+
+
+def checked_filters(filters: Mapping[str, Any]) -> dict[str, Any]:
+    """``filters`` if each is one of search's, else a :class:`BadRequest` naming it."""
+    unknown = sorted(set(filters) - FILTERS)
+    if unknown:
+        raise BadRequest(
+            f"unknown search filter {unknown[0]!r}: one of {', '.join(sorted(FILTERS))}"
+        )
+    return dict(filters)
+
+
+def citation(hit: Answer) -> dict[str, Any]:
+    """A hit's citation, as the retrievers put it in a framework's document metadata:
+    file, uri, pages, section, document and chunk ids, score, and the document's own
+    metadata (under ``document_metadata``)."""
+    pages = str(hit.page_start)
+    if hit.page_end != hit.page_start:
+        pages = f"{hit.page_start}-{hit.page_end}"
+    return {
+        "file": hit.filename,
+        "uri": hit.uri,
+        "page": hit.page_start,
+        "page_end": hit.page_end,
+        "pages": pages,
+        "section": hit.section,
+        "document_id": str(hit.document_id),
+        "chunk_id": hit.chunk_id,
+        "score": hit.score,
+        "collection": hit.collection,
+        "media_type": hit.media_type,
+        "kind": hit.kind,
+        "document_metadata": dict(hit.metadata),
+    }
 
 
 def path_of(document: DocumentRef) -> str:
