@@ -334,20 +334,30 @@ class AsyncEventStream:
         return self
 
     async def __anext__(self) -> DocumentEvent:
-        return await anext(self._gen)
+        while True:
+            item = await anext(self._gen)
+            if item is not None:  # None: a connection subscribed
+                return item
+
+    async def subscribe(self) -> Self:
+        """Connect now, and return once the server has subscribed this stream (see
+        :meth:`stages.client.sync.EventStream.subscribe`)."""
+        if self.connections == 0 and await anext(self._gen) is not None:
+            raise RuntimeError("an event before the subscription")  # pragma: no cover
+        return self
 
     async def aclose(self) -> None:
         await self._gen.aclose()
 
     async def __aenter__(self) -> Self:
-        return self
+        return await self.subscribe()
 
     async def __aexit__(
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
 
-    async def _run(self) -> AsyncGenerator[DocumentEvent, None]:
+    async def _run(self) -> AsyncGenerator[DocumentEvent | None, None]:
         failing_since: float | None = None
         while True:
             try:
@@ -364,11 +374,12 @@ class AsyncEventStream:
 
     async def _events(
         self, messages: AsyncIterator[_core.SseMessage]
-    ) -> AsyncIterator[DocumentEvent]:
+    ) -> AsyncIterator[DocumentEvent | None]:
         first = True
         async for msg in messages:
             if first:  # the server's opening comment: subscribed from here on
                 self.connections, first = self.connections + 1, False
+                yield None
             if msg.retry_ms is not None:
                 self._retry_s = msg.retry_ms / 1000
             if msg.event == "reset":

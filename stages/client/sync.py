@@ -379,20 +379,31 @@ class EventStream:
         return self
 
     def __next__(self) -> DocumentEvent:
-        return next(self._gen)
+        while True:
+            item = next(self._gen)
+            if item is not None:  # None: a connection subscribed
+                return item
+
+    def subscribe(self) -> Self:
+        """Connect now, and return once the server has subscribed this stream: every
+        event from here on will be delivered (iterating connects by itself, but a change
+        made before its first ``next`` may then go unseen)."""
+        if self.connections == 0 and next(self._gen) is not None:
+            raise RuntimeError("an event before the subscription")  # pragma: no cover
+        return self
 
     def close(self) -> None:
         self._gen.close()
 
     def __enter__(self) -> Self:
-        return self
+        return self.subscribe()
 
     def __exit__(
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
 
-    def _run(self) -> Generator[DocumentEvent, None, None]:
+    def _run(self) -> Generator[DocumentEvent | None, None, None]:
         failing_since: float | None = None
         while True:
             try:
@@ -406,11 +417,12 @@ class EventStream:
             failing_since = failing_since or time.monotonic()
             self._pause(failing_since)
 
-    def _events(self, messages: Iterator[_core.SseMessage]) -> Iterator[DocumentEvent]:
+    def _events(self, messages: Iterator[_core.SseMessage]) -> Iterator[DocumentEvent | None]:
         first = True
         for msg in messages:
             if first:  # the server's opening comment: subscribed from here on
                 self.connections, first = self.connections + 1, False
+                yield None
             if msg.retry_ms is not None:
                 self._retry_s = msg.retry_ms / 1000
             if msg.event == "reset":
