@@ -307,9 +307,14 @@ def test_wait_rides_out_a_provider_outage(
         waiter = threading.Thread(target=_wait_into, args=(client, doc.id, result))
         waiter.start()
         wait_for(lambda: len(cohere.outage_calls) >= 3, READY_S, "the outage to be hit")
-        wait_for(lambda: bool(client.get(doc).waiting), 30, "the server to say why it waits")
+
+        def provider_down() -> bool:
+            return "503" in (client.get(doc).waiting or "")
+
+        wait_for(provider_down, READY_S, "the server to say the provider is down")
         waiting = client.get(doc)
-        assert waiting.status != "ready" and waiter.is_alive(), (waiting, result)
+        assert waiting.status == "processing" and waiter.is_alive(), (waiting, result)
+        assert waiting.stage == "embed" and "503" in (waiting.waiting or ""), waiting
     finally:
         cohere.outage(None)
     waiter.join(READY_S)
