@@ -304,9 +304,10 @@ class AsyncClient:
                 if await anext(messages, None) is None:  # the first comment: subscribed
                     return None
                 found = _core.finished(await self.get(doc_id), raise_on_failure)
-                async for msg in messages:
-                    if found is not None or deadline.passed():
-                        break
+                while found is None and not deadline.passed():
+                    msg = await anext(messages, None)
+                    if msg is None:  # the stream ended
+                        return None
                     if msg.event == "document" and _core.ends_wait(
                         _core.document_event(msg), doc_id
                     ):

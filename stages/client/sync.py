@@ -348,9 +348,10 @@ class Client:
                 if next(messages, None) is None:  # the server's first comment: subscribed
                     return None
                 found = _core.finished(self.get(doc_id), raise_on_failure)
-                for msg in messages:
-                    if found is not None or deadline.passed():
-                        break
+                while found is None and not deadline.passed():
+                    msg = next(messages, None)
+                    if msg is None:  # the stream ended
+                        return None
                     if msg.event == "document" and _core.ends_wait(
                         _core.document_event(msg), doc_id
                     ):
