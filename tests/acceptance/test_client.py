@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import httpx
 import pytest
 
@@ -412,6 +413,28 @@ async def test_async_client_round(server: Server, worker: Running, tmp_path: Pat
             await client.get(accepted)
     statuses = [e.status for e in got if e.document_id == accepted.id]
     assert statuses[0] == "pending" and statuses[-1] == "ready", statuses
+
+
+@pytest.mark.anyio
+async def test_async_client_resends_a_cut_upload_and_waits_out_a_503(
+    cli: Cli, server: Server, client: Client, tmp_path: Path
+) -> None:
+    path = note(tmp_path, "async-cut", "The async tender was late.", size=40_000)
+    with FaultProxy(_target(server)) as proxy:
+        proxy.cut_request(10_000, prefix="POST /v1/documents")
+        proxy.answer(503, prefix="GET /v1/documents/", retry_after="1")
+        http = httpx.AsyncClient(
+            base_url=proxy.url, timeout=30, limits=httpx.Limits(max_keepalive_connections=0)
+        )
+        async with AsyncClient(http=http) as proxied:
+            accepted = await proxied.upload(path)
+            detail = await proxied.get(accepted)
+        keys = proxy.header("POST /v1/documents", "Idempotency-Key")
+        gets = [t for t, line in proxy.seen if line.startswith("GET /v1/documents/")]
+    assert len(keys) == 2 and keys[0] and keys[0] == keys[1], keys
+    assert accepted.created and detail.id == accepted.id
+    assert await anyio.to_thread.run_sync(count_documents, cli, detail.sha256) == 1
+    assert len(gets) == 2 and gets[1] - gets[0] >= 0.95, gets
 
 
 def _true(check: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
