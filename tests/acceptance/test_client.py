@@ -324,6 +324,19 @@ def test_wait_rides_out_a_provider_outage(
     assert isinstance(ready, DocumentDetail) and ready.status == "ready", ready
 
 
+def test_wait_listens_rather_than_polls(server: Server, worker: Running, tmp_path: Path) -> None:
+    """Over the event stream, ``wait`` reads the document once, then again only when an
+    event of it may end the wait; polling at ``poll_s`` would read it many times."""
+    with FaultProxy(_target(server)) as proxy:
+        with Client(http=no_keepalive(proxy.url)) as client:
+            doc = client.upload(note(tmp_path, "listened", "The keeper heard the horn."))
+            ready = client.wait(doc, timeout_s=READY_S, poll_s=0.05)
+        reads = proxy.lines(f"GET /v1/documents/{doc.id}")
+        streams = proxy.lines("GET /v1/events")
+    assert ready.status == "ready" and streams
+    assert len(reads) <= 2 + len(streams), reads
+
+
 def test_wait_falls_back_to_polling_without_the_event_stream(
     server: Server, worker: Running, tmp_path: Path
 ) -> None:
