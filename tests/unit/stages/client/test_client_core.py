@@ -4,24 +4,29 @@ citation; and that importing the client loads no web framework or pipeline."""
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from typing import Any
 
 import httpx
 import msgspec
 import pytest
 
-from stages.client import _core
+from stages.client import Client, _core
 from stages.client.errors import (
     ApiError,
     BadRequest,
+    ClientError,
+    EventsPruned,
     IdempotencyKeyReused,
     NotFound,
     Unavailable,
 )
+from stages.client.sync import _body_of as sync_body_of
 from stages.http_types import Answer, Problem
 
 
@@ -160,3 +165,57 @@ def test_the_client_loads_no_web_framework_or_pipeline() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def _stream_of(body: bytes, seen: list[httpx.Request]) -> httpx.MockTransport:
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    return httpx.MockTransport(answer)
+
+
+def test_events_raise_when_the_server_pruned_what_was_missed() -> None:
+    """``event: reset`` (the server no longer has the events after Last-Event-ID)."""
+    seen: list[httpx.Request] = []
+    body = b": hello\nretry: 10\n\nevent: reset\ndata: events were pruned; reload\n\n"
+    http = httpx.Client(base_url="http://ragline.test", transport=_stream_of(body, seen))
+    with Client(http=http) as client, pytest.raises(EventsPruned):
+        next(iter(client.events(last_event_id=41)))
+    assert seen[0].headers["last-event-id"] == "41"
+
+
+def test_events_resume_from_the_last_one_given_after_a_drop() -> None:
+    seen: list[httpx.Request] = []
+    event = {
+        "id": 5,
+        "document_id": str(uuid.uuid4()),
+        "status": "ready",
+        "stage": None,
+        "error": None,
+        "filename": "a.md",
+        "generation": 1,
+    }
+    data = msgspec.json.encode(event)
+    body = b": hi\nretry: 1\n\nevent: document\nid: 5\ndata: " + data + b"\n\n"
+    http = httpx.Client(base_url="http://ragline.test", transport=_stream_of(body, seen))
+    with Client(http=http) as client:
+        stream = client.events()
+        assert next(stream).id == 5 and next(stream).id == 5  # the fake replays it
+        stream.close()
+    assert "last-event-id" not in seen[0].headers
+    assert seen[1].headers["last-event-id"] == "5" and stream.connections == 2
+
+
+def test_a_file_that_cannot_be_read_again_is_not_resent() -> None:
+    class OneWay(io.RawIOBase):
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, b: Any) -> int:
+            return 0
+
+    body = sync_body_of(io.BufferedReader(OneWay()))
+    list(body())  # type: ignore[arg-type]
+    with pytest.raises(ClientError, match="cannot be read again"):
+        body()
