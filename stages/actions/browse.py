@@ -18,17 +18,19 @@ from datetime import UTC, datetime
 import msgspec
 
 from runtime.api import (
-    Document,
-    JobRow,
     MissingInput,
     Pool,
-    ProviderState,
     stage_table,
     timeline,
 )
 from stages.actions.documents import InvalidRequest
 from stages.db import model_switch
 from stages.db import serve as serve_db
+from stages.http_types import Counts as Counts
+from stages.http_types import DocumentDetail as DocumentDetail
+from stages.http_types import DocumentOut as DocumentOut
+from stages.http_types import DocumentPage as DocumentPage
+from stages.http_types import StageOut as StageOut
 from stages.ports.services import Services
 
 STATUSES = ("pending", "processing", "ready", "failed")
@@ -36,72 +38,6 @@ STATUSES = ("pending", "processing", "ready", "failed")
 MAX_AROUND = 5
 #: The largest page or ordinal PostgreSQL's integer holds.
 MAX_INT = (1 << 31) - 1 - MAX_AROUND
-
-
-class DocumentOut(msgspec.Struct, kw_only=True):
-    id: uuid.UUID
-    filename: str
-    status: str
-    stage: str | None
-    error: str | None
-    generation: int
-    byte_size: int
-    sha256: str
-    created_at: datetime
-    updated_at: datetime
-    url: str
-
-    @classmethod
-    def of(cls, d: Document) -> DocumentOut:
-        return cls(
-            id=d.id,
-            filename=d.filename,
-            status=str(d.status),
-            stage=d.stage,
-            error=d.error,
-            generation=d.generation,
-            byte_size=d.byte_size,
-            sha256=d.sha256,
-            created_at=d.created_at,
-            updated_at=d.updated_at,
-            url=f"/v1/documents/{d.id}",
-        )
-
-
-class DocumentPage(msgspec.Struct, kw_only=True):
-    documents: list[DocumentOut]
-    #: Pass as ``cursor`` for the next page; null on the last one.
-    next_cursor: str | None
-
-
-class Counts(msgspec.Struct, kw_only=True):
-    pages: int
-    images: int
-    described_images: int
-    chunks: int
-    #: Points in the vector index (null when the index could not be asked).
-    points: int | None
-
-
-class DocumentDetail(DocumentOut, kw_only=True):
-    #: Every job of every generation, oldest first: the stage timeline with attempts.
-    jobs: list[JobRow]
-    #: Why a live document is not done yet (one line), else null.
-    waiting: str | None
-    counts: Counts
-
-
-class StageOut(msgspec.Struct, kw_only=True):
-    stage: str
-    queued: int
-    backing_off: int
-    running: int
-    failed: int
-    oldest_queued_s: float
-    oldest_running_s: float
-    workers: int
-    #: The providers this stage's jobs call, with their circuits (as in `status --json`).
-    providers: list[ProviderState] = msgspec.field(default_factory=list)
 
 
 def encode_cursor(d: DocumentOut) -> str:

@@ -30,6 +30,7 @@ from stages.actions.rerank import rerank as rerank_hits
 from stages.db import search as search_db
 from stages.db.model_switch import Live, live
 from stages.db.search import AnswerRow, DocumentFilter, HitRef
+from stages.http_types import Answer as Answer
 from stages.ports.collections import check_collection_name
 from stages.ports.services import Services
 from stages.ports.vector_index import (
@@ -246,27 +247,6 @@ def _in_range(when: datetime) -> bool:
     except OverflowError:
         return False
     return True
-
-
-class Answer(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """A hit as shown: its score in the mode's scale (cosine, BM25, or fused rank)."""
-
-    score: float
-    document_id: uuid.UUID
-    filename: str
-    #: The file's path or key in its sync source; absent for a submitted or uploaded one.
-    uri: str | None = None
-    collection: str
-    media_type: str
-    ordinal: int
-    generation: int
-    kind: str
-    page_start: int
-    page_end: int
-    section: str | None = None
-    text: str
-    #: The document's metadata (the user's key/values), as PostgreSQL has it now.
-    metadata: dict[str, Any] = {}
 
 
 class Answers(msgspec.Struct, kw_only=True):

@@ -37,13 +37,19 @@ from runtime.api import (
 )
 from stages.actions import browse, documents
 from stages.actions.browse import STATUSES as STATUSES
-from stages.actions.browse import DocumentDetail, DocumentPage, StageOut
-from stages.actions.browse import DocumentOut as DocumentOut
 from stages.actions.browse import encode_cursor as encode_cursor
-from stages.actions.documents import Reprocessing
-from stages.actions.search import MODES, PAGES, Answer, Filters, ask, filters_of_words
+from stages.actions.search import MODES, PAGES, Filters, ask, filters_of_words
 from stages.actions.search import NO_WORDS as NO_WORDS
 from stages.actions.search import SearchWords as SearchWords
+from stages.http_types import Accepted as Accepted
+from stages.http_types import Answer as Answer
+from stages.http_types import Counts as Counts
+from stages.http_types import DocumentDetail as DocumentDetail
+from stages.http_types import DocumentOut as DocumentOut
+from stages.http_types import DocumentPage as DocumentPage
+from stages.http_types import Reprocessing as Reprocessing
+from stages.http_types import Requeued as Requeued
+from stages.http_types import StageOut as StageOut
 from stages.pipeline import STAGES
 from stages.ports.collections import check_collection_name
 from stages.serve import access, uploads
@@ -55,12 +61,6 @@ MAX_PAGE = 500
 MAX_K = 100
 #: A collection name as ``check_collection_name`` takes it (the OpenAPI schema's pattern).
 COLLECTION = "^[a-z0-9][a-z0-9_-]{0,62}$"
-
-
-class Accepted(msgspec.Struct, kw_only=True):
-    id: uuid.UUID
-    created: bool
-    status_url: str
 
 
 class ReprocessRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -75,11 +75,6 @@ class ReprocessRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     collection: (
         Annotated[str, msgspec.Meta(extra_json_schema={"extra": {"pattern": COLLECTION}})] | None
     ) = None
-
-
-class Requeued(msgspec.Struct, kw_only=True):
-    document_id: uuid.UUID
-    stage: str
 
 
 def ctx_of(state: State) -> ServeContext:
