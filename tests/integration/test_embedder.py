@@ -408,3 +408,23 @@ def test_fake_runs_standalone_with_stats_and_fault_control() -> None:
         finally:
             proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
+
+
+async def test_local_query_runs_on_one_thread_and_matches_the_documents_encoding() -> None:
+    """A query (one short text) runs on a session of one intra-op thread, documents on
+    the configured count; the two encode a text alike, and a process that only embeds
+    queries (serve) never loads the documents' session."""
+    from stages.adapters.embedder.local import LocalEmbedderConfig
+
+    embedder = LocalEmbedder(LocalEmbedderConfig(threads=2))
+    text = "How bright is a lighthouse lamp at night?"
+    query = (await embedder.embed([text], "search_query"))[0]
+    assert list(embedder._sessions) == [1]
+    document = (await embedder.embed([text], "search_document"))[0]
+    assert sorted(embedder._sessions) == [1, 2]
+    threads = {
+        n: s.get_session_options().intra_op_num_threads for n, s in embedder._sessions.items()
+    }
+    assert threads == {1: 1, 2: 2}
+    assert np.allclose(query, document, atol=1e-5)
+    await embedder.aclose()

@@ -42,7 +42,9 @@ class LocalEmbedderConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_batch: int = 64
     #: Texts per onnxruntime run; sorted by length first so little padding is wasted.
     inner_batch: int = 8
-    #: onnxruntime intra-op threads; 0 means min(4, cpu count).
+    #: onnxruntime intra-op threads for documents; 0 means min(4, cpu count). A query
+    #: (one short text) runs on one thread: splitting its few tokens' work across threads
+    #: costs more in hand-offs than it saves (about twice the CPU a query).
     threads: int = 0
     verify_sha256: bool = True
 
@@ -61,7 +63,9 @@ class LocalEmbedder:
             if not Path(path).is_file():
                 raise ConfigurationError(f"local embedder: missing model file {path}")
         self._load_lock = threading.Lock()
-        self._session: onnxruntime.InferenceSession | None = None
+        # By intra-op threads: documents' session, and queries' (one thread), each loaded
+        # on first use (a worker loads only the first, serve only the second).
+        self._sessions: dict[int, onnxruntime.InferenceSession] = {}
         self._tokenizer: tokenizers.Tokenizer | None = None
         # One inference at a time per embedder: onnxruntime already spreads one run over
         # its intra-op threads, and parallel runs would only fight for the same cores.
@@ -75,39 +79,46 @@ class LocalEmbedder:
         # all-MiniLM-L6-v2 is symmetric: queries and documents share one encoding.
         if not texts:
             return []
+        threads = 1 if input_type == "search_query" else self._document_threads()
         vectors = await anyio.to_thread.run_sync(
-            self.embed_sync, list(texts), limiter=self._limiter
+            self.embed_sync, list(texts), threads, limiter=self._limiter
         )
         return vectors.tolist()  # type: ignore[no-any-return]
 
-    def embed_sync(self, texts: Sequence[str]) -> FloatArray:
-        """Blocking form of :meth:`embed` returning a ``(len(texts), 384)`` array."""
-        self._ensure_loaded()
+    def embed_sync(self, texts: Sequence[str], threads: int = 0) -> FloatArray:
+        """Blocking form of :meth:`embed` returning a ``(len(texts), 384)`` array, on
+        ``threads`` intra-op threads (0: the documents' count)."""
+        session = self._ensure_loaded(threads or self._document_threads())
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out = np.empty((len(texts), self.dimensions), dtype=np.float32)
         step = self.config.inner_batch
         for start in range(0, len(order), step):
             idx = order[start : start + step]
-            out[idx] = self._encode([texts[i] for i in idx])
+            out[idx] = self._encode(session, [texts[i] for i in idx])
         return out
 
-    def _encode(self, texts: list[str]) -> FloatArray:
-        assert self._tokenizer is not None and self._session is not None
+    def _document_threads(self) -> int:
+        return self.config.threads or min(4, os.cpu_count() or 1)
+
+    def _encode(self, session: onnxruntime.InferenceSession, texts: list[str]) -> FloatArray:
+        assert self._tokenizer is not None
         encodings = self._tokenizer.encode_batch(texts)
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-        hidden = self._session.run(["last_hidden_state"], feeds)[0]
+        hidden = session.run(["last_hidden_state"], feeds)[0]
         # Mean pooling over real tokens, then L2: sentence-transformers' Pooling + Normalize.
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         return l2_normalize(pooled)
 
-    def _ensure_loaded(self) -> None:
+    def _ensure_loaded(self, threads: int) -> onnxruntime.InferenceSession:
         with self._load_lock:
-            if self._session is None:
+            if self._tokenizer is None:
                 self._tokenizer = self._load_tokenizer()
-                self._session = self._load_session()
+            if threads not in self._sessions:
+                self._sessions[threads] = self._load_session(threads)
+            return self._sessions[threads]
 
     def _load_tokenizer(self) -> tokenizers.Tokenizer:
         import tokenizers
@@ -118,13 +129,13 @@ class LocalEmbedder:
         tok.enable_padding(pad_id=0, pad_token="[PAD]")
         return tok
 
-    def _load_session(self) -> onnxruntime.InferenceSession:
+    def _load_session(self, threads: int) -> onnxruntime.InferenceSession:
         import onnxruntime
 
         if self.config.verify_sha256 and self.config.model_path is None:
             _verify_packaged_model(self._model_path)
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = self.config.threads or min(4, os.cpu_count() or 1)
+        options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
         return onnxruntime.InferenceSession(
@@ -133,7 +144,7 @@ class LocalEmbedder:
 
     async def aclose(self) -> None:
         with self._load_lock:
-            self._session = None
+            self._sessions.clear()
             self._tokenizer = None
 
 
