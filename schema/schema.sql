@@ -33,6 +33,8 @@ CREATE TABLE documents (
 CREATE UNIQUE INDEX documents_sha256_unforced ON documents (collection, sha256) WHERE NOT forced;
 CREATE INDEX documents_status ON documents (status);
 CREATE INDEX documents_collection ON documents (collection, status);
+-- Newest first (0020): the documents list walks it instead of sorting the table.
+CREATE INDEX documents_newest ON documents (created_at DESC, id DESC);
 
 CREATE TABLE stage_jobs (
     id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

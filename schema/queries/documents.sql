@@ -76,5 +76,5 @@ SELECT id, filename, media_type, byte_size, sha256, asset_key, status::text AS s
        error, generation, created_at, updated_at, collection
 FROM documents
 WHERE $1::text IS NULL OR status = $1::ragline_document_status
-ORDER BY created_at DESC, id
+ORDER BY created_at DESC, id DESC
 LIMIT $2;
