@@ -112,9 +112,7 @@ async def submitted(store: MemoryStore, tracer: Tracer, stage: str) -> uuid.UUID
 
 
 def named(spans: Sequence[ReadableSpan], name: str) -> list[ReadableSpan]:
-    return sorted(
-        (s for s in spans if s.name == name), key=lambda s: (s.attributes or {})["ragline.attempt"]
-    )
+    return sorted((s for s in spans if s.name == name), key=lambda s: s.start_time or 0)
 
 
 def parent_id(span: ReadableSpan) -> int | None:
