@@ -2,12 +2,16 @@
 
 ``python -m bench.queue [--docs N] [--slots 1,4,16] [--quick]`` creates a throwaway
 database (``ragline_bench_<random>``) on ``DATABASE_URL`` (default: the local server),
-prints three sections and drops the database:
+prints three sections (four with ``--parts ...,trace``) and drops the database:
 
 1. throughput of a no-op five-stage pipeline, ragline's :class:`runtime.worker.worker.Worker`
    against the plainest ``FOR UPDATE SKIP LOCKED`` loop at the same slots per stage;
 2. enqueue→claim latency of an idle worker, with LISTEN/NOTIFY and with polling only;
-3. claim latency with 1,000 vs 1,000,000 finished rows in ``stage_jobs``, and the plan.
+3. claim latency with 1,000 vs 1,000,000 finished rows in ``stage_jobs``, and the plan;
+4. (``trace``, not in the default parts) throughput of section 1's pipeline with every
+   document traced (docs/tracing.md): tracing off, on with no SDK (the API's no-op: what
+   a plain install does), and on with the SDK exporting over OTLP/HTTP to a receiver
+   process (``bench.harness.otlp``), side by side.
 
 Figures are printed, never asserted: the machine is shared and noisy, so only the ratios
 of runs made side by side (alternating, median of ``--repeat``) mean much.
@@ -28,6 +32,7 @@ import anyio
 import asyncpg
 import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from opentelemetry.trace import Tracer
 
 from bench.args import Scale, bench_parser, parse_scaled
 from bench.database import Conn
@@ -44,6 +49,7 @@ from bench.report import verdict as verdict
 from runtime.jobs.postgres import JobRepository
 from runtime.jobs.postgres import Q as JOB_QUERIES
 from runtime.models import NewJob
+from runtime.process.tracing import TRACER
 from runtime.stage import Pipeline
 from runtime.worker.config import WorkerConfig
 from runtime.worker.worker import Worker
@@ -55,11 +61,16 @@ from runtime.worker.worker import Worker
 Runner: TypeAlias = Callable[[str, int, int], Awaitable[None]]
 
 PARTS = ("throughput", "wake", "claim")
+#: Every part there is; ``trace`` runs only when asked for (``--parts trace``).
+ALL_PARTS = (*PARTS, "trace")
 LAST = STAGES[-1]
 HOPS_FLOOR = 0.80
 WAKE_P50_FLOOR_MS = 3.0
 WAKE_P99_FLOOR_MS = 15.0
 CLAIM_RATIO_FLOOR = 1.5
+#: hops/s with tracing on over off: without an exporter (the API's no-op), and with one.
+TRACE_NOOP_FLOOR = 0.97
+TRACE_EXPORT_FLOOR = 0.90
 #: Poll interval of the throughput workers; with LISTEN on it is only the fallback.
 THROUGHPUT_POLL_S = 1.0
 #: Poll interval of the wake-latency worker (its fallback when NOTIFY is off).
@@ -96,6 +107,12 @@ FROM generate_series(1, $1) AS i
 SEED_JOBS_SQL = (
     "INSERT INTO stage_jobs (document_id, stage, generation) SELECT id, $1, 1 FROM documents"
 )
+# The same, each document in a trace of its own (a traceparent as submit stores it).
+SEED_TRACED_JOBS_SQL = """
+INSERT INTO stage_jobs (document_id, stage, generation, trace_context)
+SELECT id, $1, 1, '00-' || md5(id::text) || '-' || left(md5(random()::text), 16) || '-01'
+FROM documents
+"""
 
 # History: finished jobs spread over the documents and stages, in one statement.
 SEED_FINISHED_SQL = """
@@ -160,12 +177,13 @@ UPDATE documents AS d SET status = 'ready' FROM done WHERE d.id = done.document_
 # -- seeding ------------------------------------------------------------------------------
 
 
-async def reseed(conn: Conn, docs: int, job_stage: str | None) -> None:
-    """Empty the tables, insert ``docs`` documents and, unless None, one job each."""
+async def reseed(conn: Conn, docs: int, job_stage: str | None, traced: bool = False) -> None:
+    """Empty the tables, insert ``docs`` documents and, unless None, one job each (in a
+    trace of its own if ``traced``)."""
     await conn.execute(RESET_SQL)
     await conn.execute(SEED_DOCS_SQL, docs, job_stage or STAGES[0])
     if job_stage is not None:
-        await conn.execute(SEED_JOBS_SQL, job_stage)
+        await conn.execute(SEED_TRACED_JOBS_SQL if traced else SEED_JOBS_SQL, job_stage)
     await conn.execute("VACUUM ANALYZE documents, stage_jobs")
     # Flush the seed now rather than in the middle of the timed run.
     with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
@@ -249,10 +267,12 @@ async def run_baseline(dsn: str, docs: int, slots: int) -> None:
         baseline.close()
 
 
-async def hops_per_s(dsn: str, docs: int, slots: int, runner: Runner) -> float:
+async def hops_per_s(
+    dsn: str, docs: int, slots: int, runner: Runner, traced: bool = False
+) -> float:
     """Seed ``docs`` documents, run them through all stages; stage hops per second."""
     async with connection(dsn) as conn:
-        await reseed(conn, docs, STAGES[0])
+        await reseed(conn, docs, STAGES[0], traced)
         started: datetime = await conn.fetchval("SELECT clock_timestamp()")
         with anyio.fail_after(RUN_TIMEOUT_S):
             await runner(dsn, docs, slots)
@@ -272,14 +292,16 @@ class Pair(msgspec.Struct, frozen=True):
         return statistics.median(self.ragline) / statistics.median(self.baseline)
 
 
-async def throughput(dsn: str, opts: Options, contenders: Sequence[Runner]) -> list[list[float]]:
+async def throughput(
+    dsn: str, opts: Options, contenders: Sequence[Runner], traced: bool = False
+) -> list[list[float]]:
     """Per contender, per slot count: the median of ``repeat`` alternating runs."""
     results: list[list[float]] = [[] for _ in contenders]
     for slots in opts.slots:
         runs: list[list[float]] = [[] for _ in contenders]
         for _ in range(opts.repeat):
             for runner, out in zip(contenders, runs, strict=True):
-                out.append(await hops_per_s(dsn, opts.docs, slots, runner))
+                out.append(await hops_per_s(dsn, opts.docs, slots, runner, traced))
         for result, out in zip(results, runs, strict=True):
             result.append(statistics.median(out))
         print(
@@ -468,12 +490,70 @@ async def section_claim(dsn: str, opts: Options) -> None:
     )
 
 
+# -- 4. tracing -----------------------------------------------------------------------------
+
+
+def traced_runner(tracer: Tracer | None, flush: Callable[[], object] = lambda: None) -> Runner:
+    """Section 1's ragline run, its spans going to ``tracer`` (None: tracing off); then
+    ``flush`` (an exporter's backlog, outside the time measured, not into the next run)."""
+
+    async def run(dsn: str, _docs: int, slots: int) -> None:
+        config = WorkerConfig(
+            stages=STAGES,
+            concurrency=dict.fromkeys(STAGES, slots),
+            exit_when_idle=True,
+            poll_s=THROUGHPUT_POLL_S,
+            trace=tracer is not None,
+        )
+        await Worker(noop_pipeline(), dsn, config, tracer=tracer or TRACER).run()
+        await anyio.to_thread.run_sync(flush)
+
+    return run
+
+
+async def section_trace(dsn: str, opts: Options) -> None:
+    from bench.harness.otlp import exporting_provider, receiver_process
+
+    heading(
+        f"4. Tracing: section 1's pipeline, {opts.docs} documents each in a trace of its own "
+        f"(median of {opts.repeat}, alternating; raw runs off, no exporter, OTLP exporter)"
+    )
+    print(
+        "off: WorkerConfig(trace=False), no span at all; no exporter: the opentelemetry API "
+        "with no SDK (a plain install, or OTEL_TRACES_EXPORTER=none); OTLP exporter: the "
+        "SDK, BatchSpanProcessor, OTLP/HTTP to a receiver process on this host"
+    )
+    with receiver_process() as receiver:
+        provider = exporting_provider(receiver.url)
+        contenders = (
+            traced_runner(None),
+            traced_runner(TRACER),
+            traced_runner(provider.get_tracer("ragline"), provider.force_flush),
+        )
+        try:
+            off, noop, exported = await throughput(dsn, opts, contenders, traced=True)
+        finally:
+            provider.shutdown()
+        received = receiver.count()
+    widths = (5, 8, 12, 6, 11, 13, 6, 11)
+    floors = (f"floor {TRACE_NOOP_FLOOR:.2f}", f"floor {TRACE_EXPORT_FLOOR:.2f}")
+    row("slots", "off", "no exporter", "ratio", floors[0], "OTLP exporter", "ratio", floors[1],
+        widths=widths)  # fmt: skip
+    for slots, a, b, c in zip(opts.slots, off, noop, exported, strict=True):
+        noop_ok, export_ok = b / a >= TRACE_NOOP_FLOOR, c / a >= TRACE_EXPORT_FLOOR
+        row(slots, f"{a:.0f}", f"{b:.0f}", f"{b / a:.2f}", verdict(noop_ok),
+            f"{c:.0f}", f"{c / a:.2f}", verdict(export_ok), widths=widths)  # fmt: skip
+    runs = len(opts.slots) * opts.repeat
+    print(f"spans the receiver got: {received:,} of {runs * len(STAGES) * opts.docs:,} stage runs")
+
+
 # -- entry point --------------------------------------------------------------------------
 
 SECTIONS: dict[str, Callable[[str, Options], Awaitable[None]]] = {
     "throughput": section_throughput,
     "wake": section_wake,
     "claim": section_claim,
+    "trace": section_trace,
 }
 
 
@@ -486,7 +566,10 @@ async def main(opts: Options) -> None:
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser = bench_parser("bench.queue", __doc__)
-    parser.add_argument("--parts", help=f"comma-separated subset of {','.join(PARTS)}")
+    parser.add_argument(
+        "--parts",
+        help=f"comma-separated subset of {','.join(ALL_PARTS)} (default {','.join(PARTS)})",
+    )
     full = Options(server_dsn=server_dsn())
     quick = msgspec.structs.replace(
         full, docs=300, slots=(1, 4), repeat=1, wake_jobs=40, claims=200, big_rows=100_000

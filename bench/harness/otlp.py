@@ -12,8 +12,12 @@ benchmark's exporter should not share the measured process's CPU) that writes it
 from __future__ import annotations
 
 import gzip
+import subprocess
 import sys
+import tempfile
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -159,3 +163,48 @@ def main(port_file: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1])
+
+
+class ReceiverProcess:
+    """A receiver running as ``python -m bench.harness.otlp``."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def count(self) -> int:
+        """Spans it received so far."""
+        base = self.url.removesuffix(PATH)
+        with urllib.request.urlopen(f"{base}/count", timeout=10) as answer:
+            return int(answer.read())
+
+
+@contextmanager
+def receiver_process() -> Iterator[ReceiverProcess]:
+    """A receiver in a process of its own (not competing for this one's GIL)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        port_file = Path(tmp) / "port"
+        proc = subprocess.Popen([sys.executable, "-m", "bench.harness.otlp", str(port_file)])
+        try:
+            deadline = time.monotonic() + 30
+            while not port_file.exists() or not port_file.read_text():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the OTLP receiver did not start")
+                time.sleep(0.05)
+            yield ReceiverProcess(f"http://127.0.0.1:{port_file.read_text()}{PATH}")
+        finally:
+            proc.kill()
+            proc.wait(10)
+
+
+def exporting_provider(url: str) -> Any:
+    """An SDK tracer provider exporting to ``url`` as ``configure`` sets one up: a
+    BatchSpanProcessor (its defaults, or the OTEL_BSP_* variables) and the OTLP/HTTP
+    exporter."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "ragline-bench"}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url)))
+    return provider

@@ -16,7 +16,7 @@ from runtime.db.errors import CONNECTION_ERRORS, is_storage_full
 from runtime.errors import LeaseLost, Snooze, StageError, one_line
 from runtime.models import Failure
 from runtime.process import metrics
-from runtime.process.tracing import annotate, event
+from runtime.process.tracing import event
 from runtime.providers.backoff import Reconnect
 from runtime.worker.inflight import InFlight
 from runtime.worker.outcome import (
@@ -72,7 +72,8 @@ class Executor:
             if self.state.inflight.get(job.id) is flight:
                 del self.state.inflight[job.id]
             if span.is_recording():
-                annotate(span, {"provider_calls": flight.provider_calls})
+                if flight.provider_calls:
+                    span.set_attribute("ragline.provider_calls", flight.provider_calls)
                 span.end()
 
     @staticmethod

@@ -93,7 +93,7 @@ def test_a_document_in_three_worker_processes_is_one_trace(
 
     # Each stage ran in the process that serves it: three processes, by their ids.
     pids = {w.pid for w in workers}
-    where = {s.name: int(s.attributes["ragline.worker.id"].split(":")[1]) for s in stage_runs}
+    where = {s.name: s.resource["process.pid"] for s in stage_runs}
     assert set(where.values()) == pids
     assert where["stage parse"] == where["stage chunk"] == workers[0].pid
     assert where["stage vision"] == where["stage embed"] == workers[1].pid
