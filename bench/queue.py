@@ -71,6 +71,8 @@ CLAIM_RATIO_FLOOR = 1.5
 #: hops/s with tracing on over off: without an exporter (the API's no-op), and with one.
 TRACE_NOOP_FLOOR = 0.97
 TRACE_EXPORT_FLOOR = 0.90
+#: The share of documents sampled in the last tracing column.
+TRACE_SAMPLED = 0.1
 #: Poll interval of the throughput workers; with LISTEN on it is only the fallback.
 THROUGHPUT_POLL_S = 1.0
 #: Poll interval of the wake-latency worker (its fallback when NOTIFY is off).
@@ -107,10 +109,12 @@ FROM generate_series(1, $1) AS i
 SEED_JOBS_SQL = (
     "INSERT INTO stage_jobs (document_id, stage, generation) SELECT id, $1, 1 FROM documents"
 )
-# The same, each document in a trace of its own (a traceparent as submit stores it).
+# The same, each document in a trace of its own (a traceparent as submit stores it), a
+# share $2 of them sampled (flags 01; 00: the root's sampler left it out).
 SEED_TRACED_JOBS_SQL = """
 INSERT INTO stage_jobs (document_id, stage, generation, trace_context)
-SELECT id, $1, 1, '00-' || md5(id::text) || '-' || left(md5(random()::text), 16) || '-01'
+SELECT id, $1, 1, '00-' || md5(id::text) || '-' || left(md5(random()::text), 16)
+                  || CASE WHEN random() < $2 THEN '-01' ELSE '-00' END
 FROM documents
 """
 
@@ -177,13 +181,17 @@ UPDATE documents AS d SET status = 'ready' FROM done WHERE d.id = done.document_
 # -- seeding ------------------------------------------------------------------------------
 
 
-async def reseed(conn: Conn, docs: int, job_stage: str | None, traced: bool = False) -> None:
-    """Empty the tables, insert ``docs`` documents and, unless None, one job each (in a
-    trace of its own if ``traced``)."""
+async def reseed(
+    conn: Conn, docs: int, job_stage: str | None, sampled: float | None = None
+) -> None:
+    """Empty the tables, insert ``docs`` documents and, unless None, one job each (unless
+    ``sampled`` is None, in a trace of its own, that share of them sampled)."""
     await conn.execute(RESET_SQL)
     await conn.execute(SEED_DOCS_SQL, docs, job_stage or STAGES[0])
-    if job_stage is not None:
-        await conn.execute(SEED_TRACED_JOBS_SQL if traced else SEED_JOBS_SQL, job_stage)
+    if job_stage is not None and sampled is not None:
+        await conn.execute(SEED_TRACED_JOBS_SQL, job_stage, sampled)
+    elif job_stage is not None:
+        await conn.execute(SEED_JOBS_SQL, job_stage)
     await conn.execute("VACUUM ANALYZE documents, stage_jobs")
     # Flush the seed now rather than in the middle of the timed run.
     with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
@@ -268,11 +276,12 @@ async def run_baseline(dsn: str, docs: int, slots: int) -> None:
 
 
 async def hops_per_s(
-    dsn: str, docs: int, slots: int, runner: Runner, traced: bool = False
+    dsn: str, docs: int, slots: int, runner: Runner, sampled: float | None = None
 ) -> float:
-    """Seed ``docs`` documents, run them through all stages; stage hops per second."""
+    """Seed ``docs`` documents (traced: see :func:`reseed`), run them through all stages;
+    stage hops per second."""
     async with connection(dsn) as conn:
-        await reseed(conn, docs, STAGES[0], traced)
+        await reseed(conn, docs, STAGES[0], sampled)
         started: datetime = await conn.fetchval("SELECT clock_timestamp()")
         with anyio.fail_after(RUN_TIMEOUT_S):
             await runner(dsn, docs, slots)
@@ -293,15 +302,20 @@ class Pair(msgspec.Struct, frozen=True):
 
 
 async def throughput(
-    dsn: str, opts: Options, contenders: Sequence[Runner], traced: bool = False
+    dsn: str,
+    opts: Options,
+    contenders: Sequence[Runner],
+    sampled: Sequence[float | None] | None = None,
 ) -> list[list[float]]:
-    """Per contender, per slot count: the median of ``repeat`` alternating runs."""
+    """Per contender, per slot count: the median of ``repeat`` alternating runs (each
+    contender's documents traced as ``sampled`` says, :func:`reseed`)."""
     results: list[list[float]] = [[] for _ in contenders]
+    shares = sampled or [None] * len(contenders)
     for slots in opts.slots:
         runs: list[list[float]] = [[] for _ in contenders]
         for _ in range(opts.repeat):
-            for runner, out in zip(contenders, runs, strict=True):
-                out.append(await hops_per_s(dsn, opts.docs, slots, runner, traced))
+            for runner, out, share in zip(contenders, runs, shares, strict=True):
+                out.append(await hops_per_s(dsn, opts.docs, slots, runner, share))
         for result, out in zip(results, runs, strict=True):
             result.append(statistics.median(out))
         print(
@@ -516,35 +530,55 @@ async def section_trace(dsn: str, opts: Options) -> None:
 
     heading(
         f"4. Tracing: section 1's pipeline, {opts.docs} documents each in a trace of its own "
-        f"(median of {opts.repeat}, alternating; raw runs off, no exporter, OTLP exporter)"
+        f"(median of {opts.repeat}, alternating; raw runs off, no exporter, OTLP exporter, "
+        f"OTLP exporter with 1 document in {round(1 / TRACE_SAMPLED)} sampled)"
     )
     print(
         "off: WorkerConfig(trace=False), no span at all; no exporter: the opentelemetry API "
         "with no SDK (a plain install, or OTEL_TRACES_EXPORTER=none); OTLP exporter: the "
-        "SDK, BatchSpanProcessor, OTLP/HTTP to a receiver process on this host"
+        "SDK, BatchSpanProcessor, OTLP/HTTP to a receiver process on this host; sampled: "
+        "the same, the documents' roots sampled at that ratio (the runs follow their parent)"
     )
     with receiver_process() as receiver:
         provider = exporting_provider(receiver.url)
+        sdk = provider.get_tracer("ragline")
         contenders = (
             traced_runner(None),
             traced_runner(TRACER),
-            traced_runner(provider.get_tracer("ragline"), provider.force_flush),
+            traced_runner(sdk, provider.force_flush),
+            traced_runner(sdk, provider.force_flush),
         )
         try:
-            off, noop, exported = await throughput(dsn, opts, contenders, traced=True)
+            off, noop, exported, sampled = await throughput(
+                dsn, opts, contenders, [1.0, 1.0, 1.0, TRACE_SAMPLED]
+            )
         finally:
             provider.shutdown()
         received = receiver.count()
-    widths = (5, 8, 12, 6, 11, 13, 6, 11)
-    floors = (f"floor {TRACE_NOOP_FLOOR:.2f}", f"floor {TRACE_EXPORT_FLOOR:.2f}")
-    row("slots", "off", "no exporter", "ratio", floors[0], "OTLP exporter", "ratio", floors[1],
-        widths=widths)  # fmt: skip
-    for slots, a, b, c in zip(opts.slots, off, noop, exported, strict=True):
-        noop_ok, export_ok = b / a >= TRACE_NOOP_FLOOR, c / a >= TRACE_EXPORT_FLOOR
-        row(slots, f"{a:.0f}", f"{b:.0f}", f"{b / a:.2f}", verdict(noop_ok),
-            f"{c:.0f}", f"{c / a:.2f}", verdict(export_ok), widths=widths)  # fmt: skip
-    runs = len(opts.slots) * opts.repeat
-    print(f"spans the receiver got: {received:,} of {runs * len(STAGES) * opts.docs:,} stage runs")
+    trace_table(opts, off, noop, exported, sampled)
+    runs = len(opts.slots) * opts.repeat * len(STAGES) * opts.docs
+    print(
+        f"spans the receiver got: {received:,} for {runs:,} stage runs exported in full "
+        f"and {runs:,} sampled at {TRACE_SAMPLED:g}"
+    )
+
+
+def trace_table(opts: Options, *columns: list[float]) -> None:
+    """hops/s per slot count: off, then each traced mode with its ratio to off."""
+    off, noop, exported, sampled = columns
+    widths = (5, 7, 11, 5, 11, 8, 5, 11, 7, 5, 11)
+    row("slots", "off", "no exporter", "ratio", ">=.97", "exporter", "ratio", ">=.90", "sampled",
+        "ratio", ">=.90", widths=widths)  # fmt: skip
+    for i, slots in enumerate(opts.slots):
+        base = off[i]
+        cells: list[str] = []
+        for value, floor in (
+            (noop[i], TRACE_NOOP_FLOOR),
+            (exported[i], TRACE_EXPORT_FLOOR),
+            (sampled[i], TRACE_EXPORT_FLOOR),
+        ):
+            cells += [f"{value:.0f}", f"{value / base:.2f}", verdict(value / base >= floor)]
+        row(slots, f"{base:.0f}", *cells, widths=widths)
 
 
 # -- entry point --------------------------------------------------------------------------

@@ -186,8 +186,9 @@ class JobSpans:
         """The run's span. Which process ran it is the resource's ``host.name`` and
         ``process.pid`` (:func:`process_resource`): the same for every span a worker
         exports, so not repeated on each (attributes are most of a span's cost)."""
-        if self.tracer is None or job.trace_context is None:
+        if job.trace_context is None or not self.live():
             return INVALID_SPAN
+        assert self.tracer is not None
         return self.tracer.start_span(
             f"stage {job.stage}",
             context=parent_of(job.trace_context),
@@ -200,6 +201,13 @@ class JobSpans:
                 "ragline.generation": job.generation,
             },
         )
+
+    def live(self) -> bool:
+        """Whether spans may record: a tracer of its own, or the global one once an SDK
+        provider is set (before that, a run's context is not even read)."""
+        if self.tracer is TRACER:
+            return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+        return self.tracer is not None
 
     @contextlib.asynccontextmanager
     async def provider_call(
