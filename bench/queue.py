@@ -507,11 +507,18 @@ async def section_claim(dsn: str, opts: Options) -> None:
 # -- 4. tracing -----------------------------------------------------------------------------
 
 
-def traced_runner(tracer: Tracer | None, flush: Callable[[], object] = lambda: None) -> Runner:
+def traced_runner(
+    tracer: Tracer | None,
+    cpu_us: dict[int, list[float]],
+    flush: Callable[[], object] = lambda: None,
+) -> Runner:
     """Section 1's ragline run, its spans going to ``tracer`` (None: tracing off); then
-    ``flush`` (an exporter's backlog, outside the time measured, not into the next run)."""
+    ``flush`` (an exporter's backlog, outside the time measured, not into the next run).
+    Appends this process's CPU µs per hop, the flush's included (the exporter's thread is
+    this process's too), to ``cpu_us[slots]``: on a busy machine a steadier figure than
+    hops/s, since others' load moves wall time far more than CPU time."""
 
-    async def run(dsn: str, _docs: int, slots: int) -> None:
+    async def run(dsn: str, docs: int, slots: int) -> None:
         config = WorkerConfig(
             stages=STAGES,
             concurrency=dict.fromkeys(STAGES, slots),
@@ -519,8 +526,11 @@ def traced_runner(tracer: Tracer | None, flush: Callable[[], object] = lambda: N
             poll_s=THROUGHPUT_POLL_S,
             trace=tracer is not None,
         )
+        started = time.process_time()
         await Worker(noop_pipeline(), dsn, config, tracer=tracer or TRACER).run()
         await anyio.to_thread.run_sync(flush)
+        used_s = time.process_time() - started
+        cpu_us.setdefault(slots, []).append(used_s * 1e6 / (len(STAGES) * docs))
 
     return run
 
@@ -539,14 +549,15 @@ async def section_trace(dsn: str, opts: Options) -> None:
         "SDK, BatchSpanProcessor, OTLP/HTTP to a receiver process on this host; sampled: "
         "the same, the documents' roots sampled at that ratio (the runs follow their parent)"
     )
+    cpu: list[dict[int, list[float]]] = [{}, {}, {}, {}]
     with receiver_process() as receiver:
         provider = exporting_provider(receiver.url)
         sdk = provider.get_tracer("ragline")
         contenders = (
-            traced_runner(None),
-            traced_runner(TRACER),
-            traced_runner(sdk, provider.force_flush),
-            traced_runner(sdk, provider.force_flush),
+            traced_runner(None, cpu[0]),
+            traced_runner(TRACER, cpu[1]),
+            traced_runner(sdk, cpu[2], provider.force_flush),
+            traced_runner(sdk, cpu[3], provider.force_flush),
         )
         try:
             off, noop, exported, sampled = await throughput(
@@ -556,6 +567,13 @@ async def section_trace(dsn: str, opts: Options) -> None:
             provider.shutdown()
         received = receiver.count()
     trace_table(opts, off, noop, exported, sampled)
+    print(
+        "the worker process's CPU per hop, µs (median; the ratio is off's over the mode's: "
+        "the throughput the worker's CPU alone would allow, relative to off)"
+    )
+    medians = [[statistics.median(c[slots]) for slots in opts.slots] for c in cpu]
+    inverse = [[1e6 / us for us in column] for column in medians]
+    trace_table(opts, *inverse, show=lambda v: f"{1e6 / v:.0f}")
     runs = len(opts.slots) * opts.repeat * len(STAGES) * opts.docs
     print(
         f"spans the receiver got: {received:,} for {runs:,} stage runs exported in full "
@@ -563,8 +581,11 @@ async def section_trace(dsn: str, opts: Options) -> None:
     )
 
 
-def trace_table(opts: Options, *columns: list[float]) -> None:
-    """hops/s per slot count: off, then each traced mode with its ratio to off."""
+def trace_table(
+    opts: Options, *columns: list[float], show: Callable[[float], str] = lambda v: f"{v:.0f}"
+) -> None:
+    """hops/s (or what ``show`` makes of a rate) per slot count: off, then each traced
+    mode with its ratio to off."""
     off, noop, exported, sampled = columns
     widths = (5, 7, 11, 5, 11, 8, 5, 11, 7, 5, 11)
     row("slots", "off", "no exporter", "ratio", ">=.97", "exporter", "ratio", ">=.90", "sampled",
@@ -577,8 +598,8 @@ def trace_table(opts: Options, *columns: list[float]) -> None:
             (exported[i], TRACE_EXPORT_FLOOR),
             (sampled[i], TRACE_EXPORT_FLOOR),
         ):
-            cells += [f"{value:.0f}", f"{value / base:.2f}", verdict(value / base >= floor)]
-        row(slots, f"{base:.0f}", *cells, widths=widths)
+            cells += [show(value), f"{value / base:.2f}", verdict(value / base >= floor)]
+        row(slots, show(base), *cells, widths=widths)
 
 
 # -- entry point --------------------------------------------------------------------------
