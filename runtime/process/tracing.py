@@ -94,6 +94,14 @@ def parent_of(traceparent: str) -> Context:
     return _W3C.extract({"traceparent": traceparent})
 
 
+def sampled(parent: Context) -> bool:
+    """Whether the trace ``parent`` belongs to was sampled at its root (the traceparent's
+    flag). Workers follow it, as the SDK's default ``parentbased_always_on`` sampler would,
+    without asking the SDK: a sampler that ignores the parent is not consulted for runs."""
+    ids = trace.get_current_span(parent).get_span_context()
+    return not ids.is_valid or ids.trace_flags.sampled
+
+
 def contexts_for(jobs: Sequence[NewJob], tracer: Tracer = TRACER) -> list[str | None]:
     """The trace context each new job carries: its own, else the current span's (the
     submission's), else that of a root span opened (and ended) here for its document, so
@@ -189,9 +197,14 @@ class JobSpans:
         if job.trace_context is None or not self.live():
             return INVALID_SPAN
         assert self.tracer is not None
+        parent = parent_of(job.trace_context)
+        if not sampled(parent):
+            # The root's sampler left the document out: so would the default (parent-
+            # based) sampler here, after the SDK's work for a span that records nothing.
+            return trace.get_current_span(parent)
         return self.tracer.start_span(
             f"stage {job.stage}",
-            context=parent_of(job.trace_context),
+            context=parent,
             kind=SpanKind.CONSUMER,
             attributes={
                 "ragline.stage": job.stage,

@@ -259,3 +259,17 @@ def test_a_bad_traceparent_starts_a_new_trace_instead_of_failing() -> None:
 
     ctx = tracing.parent_of("not a traceparent")
     assert not trace.get_current_span(ctx).get_span_context().is_valid
+
+
+async def test_a_document_left_out_at_its_root_opens_no_span_in_the_workers(
+    exported: tuple[Tracer, InMemorySpanExporter],
+) -> None:
+    tracer, exporter = exported
+    store = MemoryStore()
+    unsampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+    new = NewJob(document_id=uuid.uuid4(), stage="parse", trace_context=unsampled)
+    await store.enqueue([new])
+    await run([Step("parse", calls=1), Step("chunk")], store, tracer)
+    assert exporter.get_finished_spans() == ()
+    # The context still travels: a sampler that samples later sees the same trace.
+    assert {r.trace_context for r in store.jobs.values()} == {unsampled}
