@@ -9,6 +9,7 @@ from stages.cli import models as model_cli
 from stages.cli.documents import delete, metadata_cmd, reprocess, search, verify_cmd
 from stages.cli.evaluate import evaluate_cmd
 from stages.cli.ingest import ingest
+from stages.cli.mcp import mcp
 from stages.cli.serve import serve
 from stages.cli.submit import submit
 from stages.cli.sync import sync
@@ -97,6 +98,7 @@ plugin = Plugin(
         delete,
         verify_cmd,
         serve,
+        mcp,
         sync,
         *model_cli.MODEL_COMMANDS,
     ),

@@ -5,7 +5,7 @@ own chunks and vectors.
 ``InMemoryEmbeddingRetriever`` (cosine, over the vectors ragline stored for each chunk,
 queried with ragline's query vector) each return their best :data:`SIDE_DEPTH` (as
 ragline's hybrid fuses each side's best 50), then ``DocumentJoiner`` with reciprocal rank
-fusion keeps the best ``limit``. Haystack is optional (``pip install 'haystack-ai>=2.31'``):
+fusion keeps the best ``limit``. Haystack is optional (``pip install 'haystack-ai>=2.31,<3'``):
 :func:`load` returns None without it.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 #: The peer's package, as the ``bench`` extra names it.
-REQUIREMENT = "haystack-ai>=2.31"
+REQUIREMENT = "haystack-ai>=2.31,<3"
 #: How many of each side's best the joiner fuses (ragline's FUSION_DEPTH).
 SIDE_DEPTH = 50
 

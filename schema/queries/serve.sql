@@ -50,3 +50,21 @@ WHERE k.key = $1;
 INSERT INTO upload_keys (key, document_id, sha256, collection) VALUES ($1, $2, $3, $4)
 ON CONFLICT (key) DO NOTHING
 RETURNING document_id;
+
+-- name: chunk_window
+-- A document's chunks from one ordinal to another, in order (a hit and its neighbours).
+-- $1 document id, $2 first ordinal, $3 last ordinal
+SELECT ordinal, kind::text AS kind, text, page_start, page_end, section
+FROM chunks
+WHERE document_id = $1 AND ordinal BETWEEN $2 AND $3
+ORDER BY ordinal;
+
+-- name: page_text
+-- A document's text on one page (a section, for formats without pages).
+-- $1 document id, $2 page
+SELECT page, text, section FROM pages WHERE document_id = $1 AND page = $2;
+
+-- name: page_count
+-- How many pages a document's parse wrote.
+-- $1 document id
+SELECT count(*) FROM pages WHERE document_id = $1;

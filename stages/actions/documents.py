@@ -10,6 +10,8 @@ import msgspec
 
 from runtime.api import DocumentRepository, MissingInput, Pool, RaglineError
 from stages.db import checkpoints, sources
+from stages.http_types import Reprocessed as Reprocessed
+from stages.http_types import Reprocessing as Reprocessing
 from stages.pipeline import STAGES
 from stages.ports.assets import document_prefix
 from stages.ports.services import Services
@@ -17,18 +19,6 @@ from stages.ports.services import Services
 
 class InvalidRequest(RaglineError):
     """The request cannot be carried out as asked."""
-
-
-class Reprocessed(msgspec.Struct, frozen=True, kw_only=True):
-    document_id: uuid.UUID
-    generation: int
-
-
-class Reprocessing(msgspec.Struct, frozen=True, kw_only=True):
-    #: Each document run again, with its new generation.
-    reprocessing: list[Reprocessed]
-    #: Ids asked for that name no document (of the collection, when one is given).
-    missing: list[uuid.UUID]
 
 
 class Deleted(msgspec.Struct, frozen=True, kw_only=True):

@@ -15,9 +15,11 @@ a filter lives in the index, so changing a document's metadata writes nothing th
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 import msgspec
@@ -28,6 +30,8 @@ from stages.actions.rerank import rerank as rerank_hits
 from stages.db import search as search_db
 from stages.db.model_switch import Live, live
 from stages.db.search import AnswerRow, DocumentFilter, HitRef
+from stages.http_types import Answer as Answer
+from stages.ports.collections import check_collection_name
 from stages.ports.services import Services
 from stages.ports.vector_index import (
     DOCUMENT_FIELD,
@@ -169,25 +173,80 @@ def _pages(text: str | None) -> tuple[int | None, int | None]:
     return (lo, hi)
 
 
-class Answer(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """A hit as shown: its score in the mode's scale (cosine, BM25, or fused rank)."""
+class SearchWords(msgspec.Struct, frozen=True, kw_only=True):
+    """Search's filters as text, as a query string or a tool call gives them (the names of
+    ``search``'s options; blanks, as an HTML form sends for an empty field, are no
+    filter)."""
 
-    score: float
-    document_id: uuid.UUID
-    filename: str
-    #: The file's path or key in its sync source; absent for a submitted or uploaded one.
-    uri: str | None = None
-    collection: str
-    media_type: str
-    ordinal: int
-    generation: int
-    kind: str
-    page_start: int
-    page_end: int
+    document: tuple[str, ...] = ()
+    source: str | None = None
+    path: str | None = None
+    type: tuple[str, ...] = ()
+    since: str | None = None
+    until: str | None = None
+    meta: tuple[str, ...] = ()
+    pages: str | None = None
     section: str | None = None
-    text: str
-    #: The document's metadata (the user's key/values), as PostgreSQL has it now.
-    metadata: dict[str, Any] = {}
+
+
+NO_WORDS = SearchWords()
+#: ``pages`` as the doors take it: ``7``, ``3-9``, ``3-`` or ``-9``.
+PAGES = "^[0-9]*(-[0-9]*)?$"
+_PAGES = re.compile(PAGES)
+
+
+def filters_of_words(words: SearchWords) -> Filters:
+    """:class:`Filters` from the words of a request (the HTTP API's, the MCP server's),
+    or one line saying which is wrong (ConfigurationError)."""
+    given = msgspec.structs.asdict(words)
+    if any("\x00" in v for v in _texts(given.values())):
+        raise ConfigurationError("a search filter must not contain NUL characters")
+    if words.pages and not _PAGES.fullmatch(words.pages):
+        raise ConfigurationError(
+            f"pages: expected N, FIRST-LAST, FIRST- or -LAST, got {words.pages!r}"
+        )
+    found = filters_of(
+        documents=_filled(words.document),
+        source=_source(words.source),
+        path_prefix=words.path or None,
+        media_types=_filled(words.type),
+        since=words.since or None,
+        until=words.until or None,
+        metadata=_filled(words.meta),
+        pages=words.pages or None,
+        section=words.section or None,
+    )
+    for name, when in (("since", found.since), ("until", found.until)):
+        if when is not None and not _in_range(when):
+            raise ConfigurationError(f"{name}: out of the range of dates")
+    return found
+
+
+def _texts(values: Any) -> list[str]:
+    out: list[str] = []
+    for v in values:
+        out.extend(v if isinstance(v, tuple) else [v] if isinstance(v, str) else [])
+    return out
+
+
+def _filled(values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(v for v in values if v.strip())
+
+
+def _source(uri: str | None) -> str | None:
+    """A sync source's URI as ``sync`` keeps it: ``s3://…`` as given, a folder resolved."""
+    if not uri:
+        return None
+    return uri if "://" in uri else str(Path(uri).resolve())
+
+
+def _in_range(when: datetime) -> bool:
+    """Whether ``when`` is a time PostgreSQL can take (in UTC, still a datetime)."""
+    try:
+        when.astimezone(UTC)
+    except OverflowError:
+        return False
+    return True
 
 
 class Answers(msgspec.Struct, kw_only=True):
@@ -350,4 +409,36 @@ def _answer(hit: Hit, row: AnswerRow) -> Answer:
         section=row.section if chunk else own.get("section"),
         text=row.text if chunk and row.text is not None else str(own.get("text", "")),
         metadata=row.user_metadata,
+    )
+
+
+async def ask(
+    pool: Pool,
+    services: Services,
+    text: str,
+    limit: int,
+    *,
+    mode: str = MODES[0],
+    collection: str | None = None,
+    words: SearchWords = NO_WORDS,
+    principals: Sequence[str] | None = None,
+) -> Answers:
+    """:func:`search` for a request whose every part is text from outside (the HTTP API,
+    the web view, the MCP server): each checked first, a bad one is one line
+    (ConfigurationError); MissingInput when the live collection has no keyword side."""
+    if not text.strip():
+        raise ConfigurationError("the query must not be empty")
+    if mode not in MODES:
+        raise ConfigurationError(f"mode must be one of {', '.join(MODES)}")
+    tenant = None if collection is None else check_collection_name(collection)
+    within = filters_of_words(words)
+    return await search(
+        pool,
+        services,
+        text,
+        limit,
+        mode=mode,
+        collection=tenant,
+        filters=within,
+        principals=principals,
     )

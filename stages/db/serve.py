@@ -1,5 +1,5 @@
-"""The HTTP API's queries (``queries/serve.sql``): pages of documents, a document's
-checkpoint counts, upload keys."""
+"""The doors' queries (``queries/serve.sql``): pages of documents, a document's
+checkpoint counts, upload keys, a document's text by chunk or page."""
 
 from __future__ import annotations
 
@@ -80,3 +80,36 @@ async def remember_upload_key(conn: DbConn, key: str, answered: UploadKey) -> bo
         Q["insert_upload_key"], key, answered.document_id, answered.sha256, answered.collection
     )
     return found is not None
+
+
+class ChunkText(msgspec.Struct, frozen=True, kw_only=True):
+    ordinal: int
+    kind: str
+    text: str
+    page_start: int
+    page_end: int
+    section: str | None = None
+
+
+async def chunk_window(
+    pool: Pool, document_id: uuid.UUID, first: int, last: int
+) -> list[ChunkText]:
+    """The document's chunks with ordinals from ``first`` to ``last``, in order."""
+    rows = await pool.fetch(Q["chunk_window"], document_id, first, last)
+    return [to_struct(ChunkText, r) for r in rows]
+
+
+class PageText(msgspec.Struct, frozen=True, kw_only=True):
+    page: int
+    text: str
+    section: str | None = None
+
+
+async def page_text(pool: Pool, document_id: uuid.UUID, page: int) -> PageText | None:
+    row = await pool.fetchrow(Q["page_text"], document_id, page)
+    return None if row is None else to_struct(PageText, row)
+
+
+async def page_count(pool: Pool, document_id: uuid.UUID) -> int:
+    found: int = await pool.fetchval(Q["page_count"], document_id)
+    return found

@@ -33,6 +33,11 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz", "/login", "/favicon.ico"})
 OPEN_PREFIXES = ("/static/",)
 
 
+#: Where ``serve`` mounts the MCP server (its callers get JSON-RPC errors, not problems).
+MCP_PATH = "/mcp"
+#: The JSON-RPC error code of a refused MCP request (the implementation-defined range).
+UNAUTHORIZED_RPC = -32001
+
 #: Where the middleware leaves the caller in the ASGI scope.
 _CALLER = "ragline.caller"
 
@@ -78,7 +83,13 @@ def token_ok(candidate: str | None, tokens: Sequence[ApiToken]) -> bool:
 
 def caller_of(request: Request[Any, Any, Any]) -> Caller:
     """The caller the middleware found for this request."""
-    found = cast("dict[str, Any]", request.scope).get(_CALLER)
+    return caller_in(cast("dict[str, Any]", request.scope))
+
+
+def caller_in(scope: dict[str, Any]) -> Caller:
+    """The caller the middleware left in an ASGI scope (one handed on to a mounted app,
+    such as the MCP server's transport, too)."""
+    found = scope.get(_CALLER)
     return found if isinstance(found, Caller) else NOBODY
 
 
@@ -136,7 +147,9 @@ class TokenAuth:
             _let_in(scope, Caller(found.principals))
             await self.app(scope, receive, send)
             return
-        if path.startswith("/v1/") or path == "/metrics":
+        if path == MCP_PATH or path.startswith(MCP_PATH + "/"):
+            await _mcp_unauthorized(send, bool(presented_token(scope)))
+        elif path.startswith("/v1/") or path == "/metrics":
             await _unauthorized(send, bool(presented_token(scope)))
         else:
             await _redirect(send, "/login?next=" + quote(path))
@@ -147,6 +160,18 @@ async def _unauthorized(send: Send, had_token: bool) -> None:
     body = msgspec.json.encode(Problem(title="Unauthorized", status=401, detail=detail))
     headers = [
         (b"content-type", PROBLEM_JSON.encode()),
+        (b"www-authenticate", b'Bearer realm="ragline"'),
+    ]
+    await _respond(send, 401, headers, body)
+
+
+async def _mcp_unauthorized(send: Send, had_token: bool) -> None:
+    """A 401 an MCP client reads as a JSON-RPC error (the SDK surfaces its message)."""
+    detail = "wrong token" if had_token else "missing bearer token (Authorization: Bearer ...)"
+    error = {"code": UNAUTHORIZED_RPC, "message": f"unauthorized: {detail}"}
+    body = msgspec.json.encode({"jsonrpc": "2.0", "id": None, "error": error})
+    headers = [
+        (b"content-type", b"application/json"),
         (b"www-authenticate", b'Bearer realm="ragline"'),
     ]
     await _respond(send, 401, headers, body)

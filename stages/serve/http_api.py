@@ -8,13 +8,9 @@ principals only about documents it may read (:mod:`stages.serve.access`).
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
+from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
@@ -35,22 +31,27 @@ from litestar.params import Parameter
 
 from runtime.api import (
     ConfigurationError,
-    Document,
     DocumentRepository,
-    JobRow,
     MissingInput,
-    ProviderState,
     annotate,
     document_span,
     retry_failed_jobs,
-    stage_table,
-    timeline,
 )
-from stages.actions import documents
-from stages.actions.documents import Reprocessing
-from stages.actions.search import MODES, Answer, Filters, filters_of, search
-from stages.db import model_switch
-from stages.db import serve as serve_db
+from stages.actions import browse, documents
+from stages.actions.browse import STATUSES as STATUSES
+from stages.actions.browse import encode_cursor as encode_cursor
+from stages.actions.search import MODES, PAGES, Filters, ask, filters_of_words
+from stages.actions.search import NO_WORDS as NO_WORDS
+from stages.actions.search import SearchWords as SearchWords
+from stages.http_types import Accepted as Accepted
+from stages.http_types import Answer as Answer
+from stages.http_types import Counts as Counts
+from stages.http_types import DocumentDetail as DocumentDetail
+from stages.http_types import DocumentOut as DocumentOut
+from stages.http_types import DocumentPage as DocumentPage
+from stages.http_types import Reprocessing as Reprocessing
+from stages.http_types import Requeued as Requeued
+from stages.http_types import StageOut as StageOut
 from stages.pipeline import STAGES
 from stages.ports.collections import check_collection_name
 from stages.serve import access, uploads
@@ -58,70 +59,10 @@ from stages.serve.auth import Caller, caller_of
 from stages.serve.context import ServeContext, document_id
 from stages.serve.problems import problem, problems
 
-STATUSES = ("pending", "processing", "ready", "failed")
 MAX_PAGE = 500
 MAX_K = 100
 #: A collection name as ``check_collection_name`` takes it (the OpenAPI schema's pattern).
 COLLECTION = "^[a-z0-9][a-z0-9_-]{0,62}$"
-
-
-class DocumentOut(msgspec.Struct, kw_only=True):
-    id: uuid.UUID
-    filename: str
-    status: str
-    stage: str | None
-    error: str | None
-    generation: int
-    byte_size: int
-    sha256: str
-    created_at: datetime
-    updated_at: datetime
-    url: str
-
-    @classmethod
-    def of(cls, d: Document) -> DocumentOut:
-        return cls(
-            id=d.id,
-            filename=d.filename,
-            status=str(d.status),
-            stage=d.stage,
-            error=d.error,
-            generation=d.generation,
-            byte_size=d.byte_size,
-            sha256=d.sha256,
-            created_at=d.created_at,
-            updated_at=d.updated_at,
-            url=f"/v1/documents/{d.id}",
-        )
-
-
-class DocumentPage(msgspec.Struct, kw_only=True):
-    documents: list[DocumentOut]
-    #: Pass as ``cursor`` for the next page; null on the last one.
-    next_cursor: str | None
-
-
-class Counts(msgspec.Struct, kw_only=True):
-    pages: int
-    images: int
-    described_images: int
-    chunks: int
-    #: Points in the vector index (null when the index could not be asked).
-    points: int | None
-
-
-class DocumentDetail(DocumentOut, kw_only=True):
-    #: Every job of every generation, oldest first: the stage timeline with attempts.
-    jobs: list[JobRow]
-    #: Why a live document is not done yet (one line), else null.
-    waiting: str | None
-    counts: Counts
-
-
-class Accepted(msgspec.Struct, kw_only=True):
-    id: uuid.UUID
-    created: bool
-    status_url: str
 
 
 class ReprocessRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -138,47 +79,18 @@ class ReprocessRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     ) = None
 
 
-class Requeued(msgspec.Struct, kw_only=True):
-    document_id: uuid.UUID
-    stage: str
-
-
-class StageOut(msgspec.Struct, kw_only=True):
-    stage: str
-    queued: int
-    backing_off: int
-    running: int
-    failed: int
-    oldest_queued_s: float
-    oldest_running_s: float
-    workers: int
-    #: The providers this stage's jobs call, with their circuits (as in `status --json`).
-    providers: list[ProviderState] = msgspec.field(default_factory=list)
-
-
 def ctx_of(state: State) -> ServeContext:
     ctx: ServeContext = state.ctx
     return ctx
 
 
-def encode_cursor(d: DocumentOut) -> str:
-    raw = f"{d.created_at.isoformat()}|{d.id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
 def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    """The (created_at, id) a cursor names; 400 for anything :func:`encode_cursor` would
-    not have written, including a time without a zone or one that leaves the range of
-    dates once in UTC (PostgreSQL would refuse it: a 500 before)."""
+    """The (created_at, id) a cursor names; 400 for anything the API would not have
+    written (:func:`browse.decode_cursor`)."""
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        at, _, doc = raw.partition("|")
-        when = datetime.fromisoformat(at)
-        if when.tzinfo is None:
-            raise ValueError("no time zone")
-        return when.astimezone(UTC), uuid.UUID(doc)
-    except (ValueError, OverflowError, binascii.Error, UnicodeDecodeError):
-        raise problem(400, "cursor is not one this API returned") from None
+        return browse.decode_cursor(cursor)
+    except documents.InvalidRequest as exc:
+        raise problem(400, exc.message) from None
 
 
 async def query_documents(
@@ -189,44 +101,26 @@ async def query_documents(
     limit: int,
     cursor: str | None,
 ) -> DocumentPage:
-    if status is not None and status not in STATUSES:
-        raise problem(400, f"status must be one of {', '.join(STATUSES)}")
-    if stage is not None and stage not in ctx.stage_names:
-        raise problem(400, f"stage must be one of {', '.join(ctx.stage_names)}")
-    after = decode_cursor(cursor) if cursor else None
-    found = await serve_db.documents_page(
-        ctx.pool,
-        status=status,
-        stage=stage,
-        after=after,
-        limit=limit + 1,
-        principals=caller.principals,
-    )
-    docs = [DocumentOut.of(d) for d in found[:limit]]
-    more = len(found) > limit
-    return DocumentPage(documents=docs, next_cursor=encode_cursor(docs[-1]) if more else None)
+    try:
+        return await browse.documents_page(
+            ctx.pool,
+            ctx.stage_names,
+            status=status,
+            stage=stage,
+            limit=limit,
+            cursor=cursor,
+            principals=caller.principals,
+        )
+    except documents.InvalidRequest as exc:
+        raise problem(400, exc.message) from None
 
 
 async def document_detail(ctx: ServeContext, caller: Caller, doc_id: uuid.UUID) -> DocumentDetail:
     await readable(ctx, caller, doc_id)
-    t = await timeline(ctx.pool, doc_id)
-    if t is None:
+    found = await browse.document_detail(ctx.pool, ctx.services, doc_id)
+    if found is None:
         raise problem(404, f"no document {doc_id}")
-    found = await serve_db.document_counts(ctx.pool, doc_id, t.document.generation)
-    counts = Counts(points=await _points(ctx, doc_id), **msgspec.structs.asdict(found))
-    base = msgspec.structs.asdict(DocumentOut.of(t.document))
-    return DocumentDetail(**base, jobs=t.jobs, waiting=t.waiting, counts=counts)
-
-
-async def _points(ctx: ServeContext, doc_id: uuid.UUID) -> int | None:
-    services = ctx.services
-    try:
-        live = await model_switch.live(ctx.pool, services)
-        return await services.index.count(live.vector_collection, doc_id)
-    except MissingInput:  # nothing indexed with this model yet
-        return 0
-    except Exception:  # the index is another service: its outage must not hide the rest
-        return None
+    return found
 
 
 async def readable(ctx: ServeContext, caller: Caller, doc_id: uuid.UUID) -> None:
@@ -268,23 +162,6 @@ async def run_reprocess(ctx: ServeContext, caller: Caller, body: ReprocessReques
 _UUID = Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.UUID)
 
 
-class SearchWords(msgspec.Struct, frozen=True, kw_only=True):
-    """Search's filters as a query string gives them (the names of ``search``'s options;
-    blanks, as an HTML form sends for an empty field, are no filter)."""
-
-    document: tuple[str, ...] = ()
-    source: str | None = None
-    path: str | None = None
-    type: tuple[str, ...] = ()
-    since: str | None = None
-    until: str | None = None
-    meta: tuple[str, ...] = ()
-    pages: str | None = None
-    section: str | None = None
-
-
-NO_WORDS = SearchWords()
-
 #: What the upload's ``readers`` and ``meta`` take (query parameters or multipart fields).
 READERS = (
     "Who may read the document: principals, comma-separated (`*`: every caller). "
@@ -296,9 +173,6 @@ REPROCESS_403 = (
     "a browser's write from another origin or without the CSRF token, or `all` or `model` "
     "asked by a token with principals"
 )
-#: ``pages`` as the API takes it: ``7``, ``3-9``, ``3-`` or ``-9``.
-PAGES = "^[0-9]*(-[0-9]*)?$"
-_PAGES = re.compile(PAGES)
 
 
 def search_words(
@@ -370,56 +244,10 @@ def search_words(
 def search_filters(words: SearchWords) -> Filters:
     """:class:`Filters` from the query's words, or a 400 with the one line saying which
     is wrong."""
-    given = msgspec.structs.asdict(words)
-    if any("\x00" in v for v in _texts(given.values())):
-        raise problem(400, "a search filter must not contain NUL characters")
-    if words.pages and not _PAGES.fullmatch(words.pages):
-        raise problem(400, f"pages: expected N, FIRST-LAST, FIRST- or -LAST, got {words.pages!r}")
     try:
-        found = filters_of(
-            documents=_filled(words.document),
-            source=_source(words.source),
-            path_prefix=words.path or None,
-            media_types=_filled(words.type),
-            since=words.since or None,
-            until=words.until or None,
-            metadata=_filled(words.meta),
-            pages=words.pages or None,
-            section=words.section or None,
-        )
+        return filters_of_words(words)
     except ConfigurationError as exc:
         raise problem(400, exc.message) from None
-    for name, when in (("since", found.since), ("until", found.until)):
-        if when is not None and not _in_range(when):
-            raise problem(400, f"{name}: out of the range of dates")
-    return found
-
-
-def _texts(values: Any) -> list[str]:
-    out: list[str] = []
-    for v in values:
-        out.extend(v if isinstance(v, tuple) else [v] if isinstance(v, str) else [])
-    return out
-
-
-def _filled(values: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(v for v in values if v.strip())
-
-
-def _source(uri: str | None) -> str | None:
-    """A sync source's URI as ``sync`` keeps it: ``s3://…`` as given, a folder resolved."""
-    if not uri:
-        return None
-    return uri if "://" in uri else str(Path(uri).resolve())
-
-
-def _in_range(when: datetime) -> bool:
-    """Whether ``when`` is a time PostgreSQL can take (in UTC, still a datetime)."""
-    try:
-        when.astimezone(UTC)
-    except OverflowError:
-        return False
-    return True
 
 
 async def run_search(
@@ -433,21 +261,19 @@ async def run_search(
 ) -> list[Answer]:
     if not q.strip():
         raise problem(400, "q must not be empty")
-    if mode not in MODES:
-        raise problem(400, f"mode must be one of {', '.join(MODES)}")
-    tenant = None if collection is None else checked_collection(collection)
-    within = search_filters(words)
     try:
-        found = await search(
+        found = await ask(
             ctx.pool,
             ctx.services,
             q,
             k,
             mode=mode,
-            collection=tenant,
-            filters=within,
+            collection=collection,
+            words=words,
             principals=caller.principals,
         )
+    except ConfigurationError as exc:
+        raise problem(400, exc.message) from None
     except MissingInput as exc:  # a vector collection without the keyword side
         raise problem(409, exc.message) from None
     return found.hits
@@ -474,8 +300,7 @@ def checked_collection(name: str) -> str:
 
 
 async def stages_overview(ctx: ServeContext) -> list[StageOut]:
-    rows = await stage_table(ctx.pool, ctx.stage_names)
-    return [StageOut(**msgspec.structs.asdict(r)) for r in rows]
+    return await browse.stages_overview(ctx.pool, ctx.stage_names)
 
 
 _BINARY = Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY)

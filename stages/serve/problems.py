@@ -10,21 +10,15 @@ import logging
 from http import HTTPStatus
 from typing import Any
 
-import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 
+from stages.http_types import Problem as Problem
+
 log = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
-
-
-class Problem(msgspec.Struct, frozen=True, kw_only=True):
-    type: str = "about:blank"
-    title: str
-    status: int
-    detail: str
 
 
 class ApiError(HTTPException):

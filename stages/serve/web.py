@@ -23,6 +23,7 @@ from litestar.response import Redirect
 from litestar.types import ExceptionHandlersMap
 
 from runtime.api import ProviderState
+from stages.actions import browse
 from stages.actions.search import Answer
 from stages.parsing.formats import FORMATS, SUFFIXES
 from stages.serve import http_api as api
@@ -126,7 +127,7 @@ async def documents_page(
     return page("documents", body, csrf=csrf_of(request), active="documents")
 
 
-def job_rows(detail: api.DocumentDetail) -> str:
+def job_rows(detail: browse.DocumentDetail) -> str:
     out = []
     for j in detail.jobs:
         took = ""
@@ -182,7 +183,7 @@ def provider_cell(providers: list[ProviderState]) -> str:
     )
 
 
-def stage_rows(rows: list[api.StageOut]) -> str:
+def stage_rows(rows: list[browse.StageOut]) -> str:
     return "".join(
         f'<tr id="stage-{escape(r.stage)}"><td>{escape(r.stage)}</td><td>{r.queued}</td>'
         f"<td>{r.backing_off}</td><td>{r.running}</td><td>{r.failed}</td>"

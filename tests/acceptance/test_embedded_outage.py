@@ -16,21 +16,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-from bench.harness.cli import Cli
 from bench.harness.db import sql, try_sql
 from bench.harness.procs import wait_for
 from runtime.cli.common import EXIT_FAILED, EXIT_OK
 from runtime.db.embedded import EmbeddedPostgres
-from tests.support.embedded_helpers import postmaster_pid
-
-
-class EmbeddedCli(Cli):
-    """``python -m runtime`` on the embedded PostgreSQL of its data dir."""
-
-    def argv(self, *args: str, log_level: str = "warning") -> list[str]:
-        full = super().argv(*args, log_level=log_level)
-        at = full.index("--database-url")
-        return full[:at] + full[at + 2 :]
+from tests.support.embedded_helpers import EmbeddedCli, postmaster_pid
 
 
 @pytest.fixture

@@ -12,20 +12,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.harness.cli import Cli
 from bench.harness.db import sql
 from bench.harness.serve import free_port, wait_ready
 from runtime.db.embedded._proc import proc_identity
-from tests.support.embedded_helpers import Child, cluster_dir, postmaster_pid, wait_for_exit
-
-
-class EmbeddedCli(Cli):
-    """``python -m runtime`` on the embedded PostgreSQL of its data dir."""
-
-    def argv(self, *args: str, log_level: str = "warning") -> list[str]:
-        full = super().argv(*args, log_level=log_level)
-        at = full.index("--database-url")
-        return full[:at] + full[at + 2 :]
+from tests.support.embedded_helpers import (
+    Child,
+    EmbeddedCli,
+    cluster_dir,
+    postmaster_pid,
+    wait_for_exit,
+)
 
 
 @pytest.fixture

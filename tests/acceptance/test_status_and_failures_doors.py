@@ -17,7 +17,7 @@ import pytest
 
 from bench.harness.cli import Cli
 from runtime.cli.common import EXIT_OK, EXIT_USAGE
-from tests.support.embedded_helpers import Child
+from tests.support.embedded_helpers import Child, EmbeddedCli
 
 STAGES = "parse, chunk, vision, embed, index"
 
@@ -37,15 +37,6 @@ def test_help_says_ragline_reads_more_than_pdfs() -> None:
     ).stdout
     assert "PDFs to a vector index" not in shown
     assert all(kind in shown for kind in ("PDF", "DOCX", "HTML", "Markdown")), shown
-
-
-class EmbeddedCli(Cli):
-    """``python -m runtime`` on the embedded PostgreSQL of its data dir."""
-
-    def argv(self, *args: str, log_level: str = "warning") -> list[str]:
-        full = super().argv(*args, log_level=log_level)
-        at = full.index("--database-url")
-        return full[:at] + full[at + 2 :]
 
 
 @contextlib.contextmanager

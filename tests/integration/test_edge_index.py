@@ -120,6 +120,21 @@ async def test_edge_data_persists_across_reopen(tmp_path: Path) -> None:
     await second.aclose()
 
 
+async def test_edge_stores_new_vectors_in_half_precision(tmp_path: Path) -> None:
+    """A new collection keeps its vectors as float16 (half the bytes an exact search
+    reads); a vector still finds itself first, with a cosine of 1 to float16's precision."""
+    index = EdgeIndex(EdgeIndexConfig(root=tmp_path / "qdrant"))
+    doc = uuid.uuid4()
+    await index.ensure_vector_collection(COLLECTION, DIM)
+    await index.upsert(COLLECTION, points(doc, 1, DIM))
+    await index.aclose()
+    stored = json.loads((tmp_path / "qdrant" / COLLECTION / "edge_config.json").read_text())
+    assert str(stored["vectors"][""]["datatype"]).lower() == "float16", stored["vectors"]
+    hits = await index.search(COLLECTION, Query(vector=unit(3)), limit=2)
+    assert hits[0].id == point_id(doc, 3) and hits[0].score == pytest.approx(1.0, abs=1e-3)
+    await index.aclose()
+
+
 # -- EdgeIndex sessions -------------------------------------------------------------------
 
 

@@ -19,12 +19,23 @@ from typing import Any
 
 import msgspec
 
+from bench.harness.cli import Cli
 from bench.harness.db import sql
 from runtime.db.embedded import EmbeddedPostgres
 from runtime.db.embedded._accounts import account
 from runtime.db.embedded._proc import proc_identity
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class EmbeddedCli(Cli):
+    """``python -m runtime`` on the embedded PostgreSQL of its data dir."""
+
+    def argv(self, *args: str, log_level: str = "warning") -> list[str]:
+        full = super().argv(*args, log_level=log_level)
+        at = full.index("--database-url")
+        return full[:at] + full[at + 2 :]
+
 
 # A second ragline process: acquires the cluster, reports its DSN, then releases on demand.
 _CHILD_CODE = """

@@ -244,23 +244,28 @@ class EdgeIndex:
         tenant: str | None = None,
     ) -> list[Hit]:
         depth, where = side_depth(query, limit), _search_filter(tenant, query.documents)
+        # Hybrid: each side's ranking without payloads (reading and decoding a payload
+        # costs more than scoring a point), then the payloads of the fused best only.
+        hybrid = query.mode == "hybrid"
         dense = keyword = None
         if query.vector is not None:
-            dense = _request(qe.Query.Nearest(list(query.vector)), depth, where)
+            dense = _request(qe.Query.Nearest(list(query.vector)), depth, where, not hybrid)
         if query.keywords is not None:
             words = qe.SparseVector(indices=query.keywords.indices, values=query.keywords.values)
-            keyword = _request(qe.Query.Nearest(words, using=KEYWORDS_VECTOR), depth, where)
+            keyword = _request(
+                qe.Query.Nearest(words, using=KEYWORDS_VECTOR), depth, where, not hybrid
+            )
 
-        def run(session: Session) -> tuple[list[Hit], list[Hit]]:
+        def run(session: Session) -> list[Hit]:
             shard = session.require(vector_collection)
             if keyword is not None and not has_keywords(session.path):
                 raise no_keywords(vector_collection)
-            return _hits(shard, dense), _hits(shard, keyword)
+            found_dense, found_keyword = _hits(shard, dense), _hits(shard, keyword)
+            if hybrid:
+                return _with_payloads(shard, fuse(found_dense, found_keyword, query, limit))
+            return found_dense or found_keyword
 
-        found_dense, found_keyword = await self._run(vector_collection, "search", run)
-        if query.mode == "hybrid":
-            return fuse(found_dense, found_keyword, query, limit)
-        return found_dense or found_keyword
+        return await self._run(vector_collection, "search", run)
 
     async def drop_vector_collection(self, name: str) -> None:
         def run(session: Session) -> None:
@@ -343,8 +348,8 @@ def _scroll_refs(query: qe.Filter | None) -> Callable[[qe.EdgeShard], list[Point
     return run
 
 
-def _request(query: Any, limit: int, where: qe.Filter | None) -> qe.SearchRequest:
-    return qe.SearchRequest(query=query, limit=limit, filter=where, with_payload=True)
+def _request(query: Any, limit: int, where: qe.Filter | None, payload: bool) -> qe.SearchRequest:
+    return qe.SearchRequest(query=query, limit=limit, filter=where, with_payload=payload)
 
 
 def _hits(shard: qe.EdgeShard, request: qe.SearchRequest | None) -> list[Hit]:
@@ -354,3 +359,13 @@ def _hits(shard: qe.EdgeShard, request: qe.SearchRequest | None) -> list[Hit]:
         Hit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=payload_of(p.payload))
         for p in shard.search(request)
     ]
+
+
+def _with_payloads(shard: qe.EdgeShard, hits: list[Hit]) -> list[Hit]:
+    """``hits`` with their payloads read from ``shard`` (in the same session as the
+    search: no point can go in between)."""
+    if not hits:
+        return hits
+    records = shard.retrieve([str(h.id) for h in hits], with_payload=True, with_vector=False)
+    stored = {str(r.id): r.payload for r in records}
+    return [Hit(id=h.id, score=h.score, payload=payload_of(stored.get(str(h.id)))) for h in hits]

@@ -40,8 +40,14 @@ def _create_shard(path: Path, dimensions: int) -> None:
     """Create the shard in a temporary directory and rename it into place, so a crash
     mid-create never leaves a half-made shard that ``load`` chokes on."""
     tmp = path.with_name(f".tmp-{path.name}-{uuid.uuid4().hex}")
+    # Half-precision storage: an exact search reads every vector, so half the bytes is
+    # about 40% less time a search (and half the shard's vector pages in RAM); cosine
+    # ranks of normalised embeddings do not change at this precision (docs/retrieval.md).
     vectors = qe.EdgeVectorParams(
-        size=dimensions, distance=qe.Distance.Cosine, memory=qe.Memory.Cold
+        size=dimensions,
+        distance=qe.Distance.Cosine,
+        memory=qe.Memory.Cold,
+        datatype=qe.VectorStorageDatatype.Float16,
     )
     # The keyword side: a sparse vector the shard weighs by inverse document frequency.
     keywords = {KEYWORDS_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
