@@ -2,12 +2,16 @@
 
 ``python -m bench.queue [--docs N] [--slots 1,4,16] [--quick]`` creates a throwaway
 database (``ragline_bench_<random>``) on ``DATABASE_URL`` (default: the local server),
-prints three sections and drops the database:
+prints three sections (four with ``--parts ...,trace``) and drops the database:
 
 1. throughput of a no-op five-stage pipeline, ragline's :class:`runtime.worker.worker.Worker`
    against the plainest ``FOR UPDATE SKIP LOCKED`` loop at the same slots per stage;
 2. enqueue→claim latency of an idle worker, with LISTEN/NOTIFY and with polling only;
-3. claim latency with 1,000 vs 1,000,000 finished rows in ``stage_jobs``, and the plan.
+3. claim latency with 1,000 vs 1,000,000 finished rows in ``stage_jobs``, and the plan;
+4. (``trace``, not in the default parts) throughput of section 1's pipeline with every
+   document traced (docs/tracing.md): tracing off, on with no SDK (the API's no-op: what
+   a plain install does), and on with the SDK exporting over OTLP/HTTP to a receiver
+   process (``bench.harness.otlp``), side by side.
 
 Figures are printed, never asserted: the machine is shared and noisy, so only the ratios
 of runs made side by side (alternating, median of ``--repeat``) mean much.
@@ -28,6 +32,7 @@ import anyio
 import asyncpg
 import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from opentelemetry.trace import Tracer
 
 from bench.args import Scale, bench_parser, parse_scaled
 from bench.database import Conn
@@ -44,6 +49,7 @@ from bench.report import verdict as verdict
 from runtime.jobs.postgres import JobRepository
 from runtime.jobs.postgres import Q as JOB_QUERIES
 from runtime.models import NewJob
+from runtime.process.tracing import TRACER
 from runtime.stage import Pipeline
 from runtime.worker.config import WorkerConfig
 from runtime.worker.worker import Worker
@@ -55,11 +61,18 @@ from runtime.worker.worker import Worker
 Runner: TypeAlias = Callable[[str, int, int], Awaitable[None]]
 
 PARTS = ("throughput", "wake", "claim")
+#: Every part there is; ``trace`` runs only when asked for (``--parts trace``).
+ALL_PARTS = (*PARTS, "trace")
 LAST = STAGES[-1]
 HOPS_FLOOR = 0.80
 WAKE_P50_FLOOR_MS = 3.0
 WAKE_P99_FLOOR_MS = 15.0
 CLAIM_RATIO_FLOOR = 1.5
+#: hops/s with tracing on over off: without an exporter (the API's no-op), and with one.
+TRACE_NOOP_FLOOR = 0.97
+TRACE_EXPORT_FLOOR = 0.90
+#: The share of documents sampled in the last tracing column.
+TRACE_SAMPLED = 0.1
 #: Poll interval of the throughput workers; with LISTEN on it is only the fallback.
 THROUGHPUT_POLL_S = 1.0
 #: Poll interval of the wake-latency worker (its fallback when NOTIFY is off).
@@ -96,6 +109,14 @@ FROM generate_series(1, $1) AS i
 SEED_JOBS_SQL = (
     "INSERT INTO stage_jobs (document_id, stage, generation) SELECT id, $1, 1 FROM documents"
 )
+# The same, each document in a trace of its own (a traceparent as submit stores it), a
+# share $2 of them sampled (flags 01; 00: the root's sampler left it out).
+SEED_TRACED_JOBS_SQL = """
+INSERT INTO stage_jobs (document_id, stage, generation, trace_context)
+SELECT id, $1, 1, '00-' || md5(id::text) || '-' || left(md5(random()::text), 16)
+                  || CASE WHEN random() < $2 THEN '-01' ELSE '-00' END
+FROM documents
+"""
 
 # History: finished jobs spread over the documents and stages, in one statement.
 SEED_FINISHED_SQL = """
@@ -160,11 +181,16 @@ UPDATE documents AS d SET status = 'ready' FROM done WHERE d.id = done.document_
 # -- seeding ------------------------------------------------------------------------------
 
 
-async def reseed(conn: Conn, docs: int, job_stage: str | None) -> None:
-    """Empty the tables, insert ``docs`` documents and, unless None, one job each."""
+async def reseed(
+    conn: Conn, docs: int, job_stage: str | None, sampled: float | None = None
+) -> None:
+    """Empty the tables, insert ``docs`` documents and, unless None, one job each (unless
+    ``sampled`` is None, in a trace of its own, that share of them sampled)."""
     await conn.execute(RESET_SQL)
     await conn.execute(SEED_DOCS_SQL, docs, job_stage or STAGES[0])
-    if job_stage is not None:
+    if job_stage is not None and sampled is not None:
+        await conn.execute(SEED_TRACED_JOBS_SQL, job_stage, sampled)
+    elif job_stage is not None:
         await conn.execute(SEED_JOBS_SQL, job_stage)
     await conn.execute("VACUUM ANALYZE documents, stage_jobs")
     # Flush the seed now rather than in the middle of the timed run.
@@ -249,10 +275,13 @@ async def run_baseline(dsn: str, docs: int, slots: int) -> None:
         baseline.close()
 
 
-async def hops_per_s(dsn: str, docs: int, slots: int, runner: Runner) -> float:
-    """Seed ``docs`` documents, run them through all stages; stage hops per second."""
+async def hops_per_s(
+    dsn: str, docs: int, slots: int, runner: Runner, sampled: float | None = None
+) -> float:
+    """Seed ``docs`` documents (traced: see :func:`reseed`), run them through all stages;
+    stage hops per second."""
     async with connection(dsn) as conn:
-        await reseed(conn, docs, STAGES[0])
+        await reseed(conn, docs, STAGES[0], sampled)
         started: datetime = await conn.fetchval("SELECT clock_timestamp()")
         with anyio.fail_after(RUN_TIMEOUT_S):
             await runner(dsn, docs, slots)
@@ -272,14 +301,21 @@ class Pair(msgspec.Struct, frozen=True):
         return statistics.median(self.ragline) / statistics.median(self.baseline)
 
 
-async def throughput(dsn: str, opts: Options, contenders: Sequence[Runner]) -> list[list[float]]:
-    """Per contender, per slot count: the median of ``repeat`` alternating runs."""
+async def throughput(
+    dsn: str,
+    opts: Options,
+    contenders: Sequence[Runner],
+    sampled: Sequence[float | None] | None = None,
+) -> list[list[float]]:
+    """Per contender, per slot count: the median of ``repeat`` alternating runs (each
+    contender's documents traced as ``sampled`` says, :func:`reseed`)."""
     results: list[list[float]] = [[] for _ in contenders]
+    shares = sampled or [None] * len(contenders)
     for slots in opts.slots:
         runs: list[list[float]] = [[] for _ in contenders]
         for _ in range(opts.repeat):
-            for runner, out in zip(contenders, runs, strict=True):
-                out.append(await hops_per_s(dsn, opts.docs, slots, runner))
+            for runner, out, share in zip(contenders, runs, shares, strict=True):
+                out.append(await hops_per_s(dsn, opts.docs, slots, runner, share))
         for result, out in zip(results, runs, strict=True):
             result.append(statistics.median(out))
         print(
@@ -468,12 +504,111 @@ async def section_claim(dsn: str, opts: Options) -> None:
     )
 
 
+# -- 4. tracing -----------------------------------------------------------------------------
+
+
+def traced_runner(
+    tracer: Tracer | None,
+    cpu_us: dict[int, list[float]],
+    flush: Callable[[], object] = lambda: None,
+) -> Runner:
+    """Section 1's ragline run, its spans going to ``tracer`` (None: tracing off); then
+    ``flush`` (an exporter's backlog, outside the time measured, not into the next run).
+    Appends this process's CPU µs per hop, the flush's included (the exporter's thread is
+    this process's too), to ``cpu_us[slots]``: on a busy machine a steadier figure than
+    hops/s, since others' load moves wall time far more than CPU time."""
+
+    async def run(dsn: str, docs: int, slots: int) -> None:
+        config = WorkerConfig(
+            stages=STAGES,
+            concurrency=dict.fromkeys(STAGES, slots),
+            exit_when_idle=True,
+            poll_s=THROUGHPUT_POLL_S,
+            trace=tracer is not None,
+        )
+        started = time.process_time()
+        await Worker(noop_pipeline(), dsn, config, tracer=tracer or TRACER).run()
+        await anyio.to_thread.run_sync(flush)
+        used_s = time.process_time() - started
+        cpu_us.setdefault(slots, []).append(used_s * 1e6 / (len(STAGES) * docs))
+
+    return run
+
+
+async def section_trace(dsn: str, opts: Options) -> None:
+    from bench.harness.otlp import exporting_provider, receiver_process
+
+    heading(
+        f"4. Tracing: section 1's pipeline, {opts.docs} documents each in a trace of its own "
+        f"(median of {opts.repeat}, alternating; raw runs off, no exporter, OTLP exporter, "
+        f"OTLP exporter with 1 document in {round(1 / TRACE_SAMPLED)} sampled)"
+    )
+    print(
+        "off: WorkerConfig(trace=False), no span at all; no exporter: the opentelemetry API "
+        "with no SDK (a plain install, or OTEL_TRACES_EXPORTER=none); OTLP exporter: the "
+        "SDK, BatchSpanProcessor, OTLP/HTTP to a receiver process on this host; sampled: "
+        "the same, the documents' roots sampled at that ratio (the runs follow their parent)"
+    )
+    cpu: list[dict[int, list[float]]] = [{}, {}, {}, {}]
+    with receiver_process() as receiver:
+        provider = exporting_provider(receiver.url)
+        sdk = provider.get_tracer("ragline")
+        contenders = (
+            traced_runner(None, cpu[0]),
+            traced_runner(TRACER, cpu[1]),
+            traced_runner(sdk, cpu[2], provider.force_flush),
+            traced_runner(sdk, cpu[3], provider.force_flush),
+        )
+        try:
+            off, noop, exported, sampled = await throughput(
+                dsn, opts, contenders, [1.0, 1.0, 1.0, TRACE_SAMPLED]
+            )
+        finally:
+            provider.shutdown()
+        received = receiver.count()
+    trace_table(opts, off, noop, exported, sampled)
+    print(
+        "the worker process's CPU per hop, µs (median; the ratio is off's over the mode's: "
+        "the throughput the worker's CPU alone would allow, relative to off)"
+    )
+    medians = [[statistics.median(c[slots]) for slots in opts.slots] for c in cpu]
+    inverse = [[1e6 / us for us in column] for column in medians]
+    trace_table(opts, *inverse, show=lambda v: f"{1e6 / v:.0f}")
+    runs = len(opts.slots) * opts.repeat * len(STAGES) * opts.docs
+    print(
+        f"spans the receiver got: {received:,} for {runs:,} stage runs exported in full "
+        f"and {runs:,} sampled at {TRACE_SAMPLED:g}"
+    )
+
+
+def trace_table(
+    opts: Options, *columns: list[float], show: Callable[[float], str] = lambda v: f"{v:.0f}"
+) -> None:
+    """hops/s (or what ``show`` makes of a rate) per slot count: off, then each traced
+    mode with its ratio to off."""
+    off, noop, exported, sampled = columns
+    widths = (5, 7, 11, 5, 11, 8, 5, 11, 7, 5, 11)
+    row("slots", "off", "no exporter", "ratio", ">=.97", "exporter", "ratio", ">=.90", "sampled",
+        "ratio", ">=.90", widths=widths)  # fmt: skip
+    for i, slots in enumerate(opts.slots):
+        base = off[i]
+        cells: list[str] = []
+        for value, floor in (
+            (noop[i], TRACE_NOOP_FLOOR),
+            (exported[i], TRACE_EXPORT_FLOOR),
+            (sampled[i], TRACE_EXPORT_FLOOR),
+        ):
+            cells += [show(value), f"{value / base:.2f}", verdict(value / base >= floor)]
+        row(slots, show(base), *cells, widths=widths)
+
+
 # -- entry point --------------------------------------------------------------------------
 
 SECTIONS: dict[str, Callable[[str, Options], Awaitable[None]]] = {
     "throughput": section_throughput,
     "wake": section_wake,
     "claim": section_claim,
+    "trace": section_trace,
 }
 
 
@@ -486,7 +621,10 @@ async def main(opts: Options) -> None:
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser = bench_parser("bench.queue", __doc__)
-    parser.add_argument("--parts", help=f"comma-separated subset of {','.join(PARTS)}")
+    parser.add_argument(
+        "--parts",
+        help=f"comma-separated subset of {','.join(ALL_PARTS)} (default {','.join(PARTS)})",
+    )
     full = Options(server_dsn=server_dsn())
     quick = msgspec.structs.replace(
         full, docs=300, slots=(1, 4), repeat=1, wake_jobs=40, claims=200, big_rows=100_000

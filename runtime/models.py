@@ -50,6 +50,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     lease_expires_at: datetime
     created_at: datetime
     filename: str = ""
+    #: The W3C ``traceparent`` of its document's trace (None: untraced; docs/tracing.md).
+    trace_context: str | None = None
 
 
 class NewJob(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,6 +62,9 @@ class NewJob(msgspec.Struct, frozen=True, kw_only=True):
     generation: int = 1
     priority: int = 0
     max_attempts: int = 3
+    #: The trace it belongs to (W3C ``traceparent``); None: :func:`runtime.jobs.postgres.
+    #: enqueue_jobs` takes the current span's, or starts a trace of its own.
+    trace_context: str | None = None
 
 
 class NewDocument(msgspec.Struct, frozen=True, kw_only=True):
@@ -123,6 +128,7 @@ class JobRow(msgspec.Struct, frozen=True, kw_only=True):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    trace_context: str | None = None
 
 
 class Failure(msgspec.Struct, frozen=True, kw_only=True):

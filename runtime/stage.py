@@ -51,8 +51,15 @@ class JobContext(Protocol):
         """Wrap one call to ``provider`` (a name from the stage's ``providers``): waits
         for the fleet's budget (``tokens``: the call's estimated tokens) and the
         provider's circuit, and records the call's outcome on the circuit. Raises
-        :class:`runtime.errors.ProviderUnavailable` while the circuit is open.
+        :class:`runtime.errors.ProviderUnavailable` while the circuit is open. Each call
+        is a child span of the job's span in its document's trace (docs/tracing.md).
         """
+        ...
+
+    def note(self, **values: str | bool | int | float | None) -> None:
+        """Attach figures about this run to its span, as ``ragline.<key>`` attributes
+        (``pages=12, images=3, bytes=...``); None values are left out. A no-op when the
+        document is not traced."""
         ...
 
 

@@ -61,6 +61,9 @@ CREATE TABLE stage_jobs (
     transient_since   timestamptz,
     -- Transient failures since then: the exponent of the job's backoff.
     transient_failures integer NOT NULL DEFAULT 0 CHECK (transient_failures >= 0),
+    -- The W3C traceparent of the document's trace (NULL: untraced); the next stage's job
+    -- copies it (0018, docs/tracing.md).
+    trace_context     text,
     CHECK (state <> 'running' OR (lease_token IS NOT NULL AND lease_expires_at IS NOT NULL))
 );
 

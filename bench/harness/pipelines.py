@@ -7,6 +7,7 @@ workers started with ``--pipeline bench.harness.pipelines:plugin``):
 
 - ``RAGLINE_TEST_SLEEP="chunk=30,embed=0.5"``: seconds a stage's process() takes;
 - ``RAGLINE_TEST_FAIL="chunk=permanent"`` (or ``transient``, ``ratelimit:2``): raise;
+- ``RAGLINE_TEST_FAIL_CALLS="chunk=1"``: only the first this many calls in the process fail;
 - ``RAGLINE_TEST_NOOP=1``: stages return None (no writer, for benchmarks).
 """
 
@@ -105,10 +106,17 @@ def build(ctx: BuildContext) -> Pipeline:
 def pipeline_from_env(env: Mapping[str, str]) -> Pipeline:
     sleeps = parse_map(env.get("RAGLINE_TEST_SLEEP", ""))
     fails = parse_map(env.get("RAGLINE_TEST_FAIL", ""))
+    calls = {s: int(n) for s, n in parse_map(env.get("RAGLINE_TEST_FAIL_CALLS", "")).items()}
     noop = env.get("RAGLINE_TEST_NOOP") == "1"
     return Pipeline(
         stages=[
-            ScriptedStage(s, sleep_s=float(sleeps.get(s, 0)), fail=fails.get(s), noop=noop)
+            ScriptedStage(
+                s,
+                sleep_s=float(sleeps.get(s, 0)),
+                fail=fails.get(s),
+                fail_calls=calls.get(s),
+                noop=noop,
+            )
             for s in STAGES
         ]
     )

@@ -22,7 +22,7 @@ from runtime.cli.common import EXIT_USAGE, App, fail, guarded, run_async
 from runtime.cli.options import WorkerOptions, env_option, worker_config, worker_flags
 from runtime.errors import ConfigurationError, one_line
 from runtime.plugin import DEFAULT_PIPELINE, Plugin, load_plugin
-from runtime.process import logs
+from runtime.process import logs, tracing
 from runtime.process.interpreter import tune_worker_interpreter
 from runtime.process.private import make_private
 from runtime.settings import ENGINE_SETTINGS, validate_env, validate_options
@@ -129,6 +129,8 @@ def main(ctx: click.Context, /, **opts: Any) -> None:
     guarded(lambda: check_settings(opts))
     guarded(lambda: make_private(opts["data_dir"]))  # and the umask: 0600 / 0700
     logs.configure(opts["log_level"], opts["log_format"])
+    # Spans still buffered are flushed when the command ends, however it ends.
+    ctx.call_on_close(guarded(tracing.configure))
     ctx.obj = App(
         database_url=opts["database_url"],
         data_dir=opts["data_dir"],

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 from runtime.jobs.clock import Clock
 from runtime.jobs.store import AT_ONCE, PEERS_SEEN_WITHIN_S, JobStore, Rescued, Settled
 from runtime.models import Failure, Job, JobRow, JobState, NewJob, fields_of
+from runtime.process.tracing import contexts_for
 from runtime.stage import DbConn, Writer
 
 if TYPE_CHECKING:  # the port's parameter structs, for annotations only
@@ -62,6 +63,7 @@ class _Row:
     finished_at: datetime | None = None
     transient_since: datetime | None = None
     transient_failures: int = 0
+    trace_context: str | None = None
 
     def holds(self, token: uuid.UUID) -> bool:
         return self.state is JobState.RUNNING and self.lease_token == token
@@ -114,7 +116,7 @@ class MemoryTables:
         self, jobs: Sequence[NewJob], conn: object = None, now: datetime | None = None
     ) -> int:
         added = 0
-        for new in jobs:
+        for new, context in zip(jobs, contexts_for(jobs), strict=True):
             added += (
                 self._insert(
                     new.document_id,
@@ -123,13 +125,21 @@ class MemoryTables:
                     new.max_attempts,
                     new.priority,
                     self._now(now),
+                    context,
                 )
                 is not None
             )
         return added
 
     def _insert(
-        self, doc: uuid.UUID, stage: str, gen: int, max_attempts: int, prio: int, now: datetime
+        self,
+        doc: uuid.UUID,
+        stage: str,
+        gen: int,
+        max_attempts: int,
+        prio: int,
+        now: datetime,
+        trace_context: str | None = None,
     ) -> _Row | None:
         if any(
             r.document_id == doc and r.stage == stage and r.state in LIVE
@@ -137,6 +147,7 @@ class MemoryTables:
         ):
             return None
         row = _Row(len(self.jobs) + 1, doc, stage, gen, max_attempts, prio, now, now)
+        row.trace_context = trace_context
         self.jobs[row.id] = row
         return row
 
@@ -222,7 +233,13 @@ class MemoryStore(MemoryTables, JobStore):
             settled.held.add(row.id)
             if nxt is not None:
                 added = self._insert(
-                    row.document_id, nxt, row.generation, row.max_attempts, row.priority, at
+                    row.document_id,
+                    nxt,
+                    row.generation,
+                    row.max_attempts,
+                    row.priority,
+                    at,
+                    row.trace_context,
                 )
                 if added is not None:
                     fresh.add(added.id)
@@ -330,6 +347,8 @@ class MemoryStore(MemoryTables, JobStore):
                     attempts=row.attempts,
                     max_attempts=row.max_attempts,
                     created_at=row.created_at,
+                    lease_owner=row.lease_owner,
+                    trace_context=row.trace_context,
                 )
             )
         return rescued

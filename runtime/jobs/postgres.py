@@ -29,6 +29,7 @@ from runtime.jobs.store import (
     Settlement,
 )
 from runtime.models import Failure, Job, JobRow, JobState, NewJob
+from runtime.process.tracing import contexts_for
 from runtime.stage import DbConn, Writer
 
 Q = schema.load("stage_jobs")
@@ -200,6 +201,8 @@ class JobRepository(WorkerRegistry, JobStore):
                 attempts=r["attempts"],
                 max_attempts=r["max_attempts"],
                 created_at=r["created_at"],
+                lease_owner=r["lease_owner"],
+                trace_context=r["trace_context"],
             )
             for r in rows
         ]
@@ -249,7 +252,9 @@ class JobRepository(WorkerRegistry, JobStore):
 
 async def enqueue_jobs(db: Pool | Conn, jobs: Sequence[NewJob], now: datetime | None = None) -> int:
     """Enqueue jobs (idempotent per live (document, stage)) on ``db``, a pool or the
-    connection of a transaction the job must commit with; returns how many were added."""
+    connection of a transaction the job must commit with; returns how many were added.
+    Each job carries its own trace context, else the current span's (the submission's),
+    else a new trace's (:func:`runtime.process.tracing.contexts_for`)."""
     if not jobs:
         return 0
     row = await db.fetchrow(
@@ -260,6 +265,7 @@ async def enqueue_jobs(db: Pool | Conn, jobs: Sequence[NewJob], now: datetime | 
         [j.priority for j in jobs],
         [j.max_attempts for j in jobs],
         now,
+        contexts_for(jobs),
     )
     return int(row["added"]) if row else 0
 

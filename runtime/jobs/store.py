@@ -65,6 +65,9 @@ class Rescued(msgspec.Struct, frozen=True, kw_only=True):
     attempts: int = 0
     max_attempts: int = 0
     created_at: datetime | None = None
+    #: Whose lease expired, and the job's trace (a span event there records the loss).
+    lease_owner: str | None = None
+    trace_context: str | None = None
 
     def as_job(self, filename: str = "") -> Job:
         """The job as a stage's ``on_failed`` takes it (no lease: the sweep ended it)."""

@@ -6,7 +6,8 @@ Every worker process keeps a :class:`Providers` for its stages' providers (see
 provider's row) and the circuit (transient failures counted across processes; while open,
 no claims for its stages and calls refused with :class:`ProviderUnavailable`; one probe at
 a time). Each transition is logged once and exported as ``ragline_provider_state``. How
-each works: docs/architecture.md, "Providers".
+each works: docs/architecture.md, "Providers". A call's span (opened around the gate by the
+job's context, docs/tracing.md) gets the gate's part: the probe, and the wait for budget.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable
 
 import anyio
+from opentelemetry import trace
 
 from runtime.db.errors import CONNECTION_ERRORS
 from runtime.errors import (
@@ -26,6 +28,7 @@ from runtime.errors import (
     TransientError,
     one_line,
 )
+from runtime.process.tracing import annotate
 from runtime.providers.board import STATE, ProviderBoard, log
 from runtime.providers.specs import ProviderSpec
 
@@ -113,8 +116,13 @@ class Providers(ProviderBoard):
             budget = self._budgets.get(name)
             # The reservation's round trip also brought the circuit's failure count.
             fresh = budget is not None
+            asked_at = time.monotonic()
             if budget is not None:
                 await budget.wait_turn(tokens)
+            waited_s = time.monotonic() - asked_at
+            annotate(
+                trace.get_current_span(), {"provider.probe": probe, "provider.wait_s": waited_s}
+            )
             try:
                 yield
             except RateLimited as exc:

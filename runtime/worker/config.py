@@ -35,6 +35,9 @@ class WorkerConfig(WorkerKnobs, frozen=True, kw_only=True):
     listen: bool = True
     #: Refresh the queue-depth gauges every this many seconds (0: off).
     gauges_every_s: float = 0.0
+    #: Open a span per job run in its document's trace (docs/tracing.md); a no-op unless
+    #: an SDK is configured. False only to measure what that costs (bench.queue).
+    trace: bool = True
 
     def __post_init__(self) -> None:
         if not self.stages:

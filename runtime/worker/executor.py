@@ -1,18 +1,22 @@
-"""The executor: runs a slot's jobs one after another, each in its own cancel scope, and
-has their outcomes written (runtime/worker/settler.py) shielded from cancellation, retrying
-through database outages until the lease would have run out anyway."""
+"""The executor: runs a slot's jobs one after another, each in its own cancel scope and
+its own span of its document's trace, and has their outcomes written
+(runtime/worker/settler.py) shielded from cancellation, retrying through database outages
+until the lease would have run out anyway."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
 import anyio
+from opentelemetry import trace
 
 from runtime.db.errors import CONNECTION_ERRORS, is_storage_full
 from runtime.errors import LeaseLost, Snooze, StageError, one_line
 from runtime.models import Failure
 from runtime.process import metrics
+from runtime.process.tracing import event
 from runtime.providers.backoff import Reconnect
 from runtime.worker.inflight import InFlight
 from runtime.worker.outcome import (
@@ -53,8 +57,10 @@ class Executor:
         job = flight.job
         jlog = self.state.job_log(job)
         jlog.debug("claimed (attempt %d/%d)", job.attempts, job.max_attempts)
+        span = flight.span = self.state.spans.start(job)
         try:
-            outcome = await self.execute(flight)
+            with self.current(span):
+                outcome = await self.execute(flight)
             flight.settling = True
             following = None
             with anyio.CancelScope(shield=True):
@@ -65,6 +71,18 @@ class Executor:
             # entry then belongs to the new claim, which removes it itself.
             if self.state.inflight.get(job.id) is flight:
                 del self.state.inflight[job.id]
+            if span.is_recording():
+                if flight.provider_calls:
+                    span.set_attribute("ragline.provider_calls", flight.provider_calls)
+                span.end()
+
+    @staticmethod
+    def current(span: trace.Span) -> contextlib.AbstractContextManager[Any]:
+        """``span`` as the current span while the stage runs (its provider calls, and a
+        library's own spans, nest under it); nothing to do for a span that records nothing."""
+        if not span.is_recording():
+            return contextlib.nullcontext()
+        return trace.use_span(span, record_exception=False, set_status_on_exception=False)
 
     async def execute(self, flight: InFlight) -> Outcome:
         with flight.scope:
@@ -72,6 +90,7 @@ class Executor:
                 output = await flight.stage.process(self.state.context(flight))
                 return Success(output)
             except LeaseLost:
+                event(flight.span, "lease_lost", where="checkpoint")
                 return Lost()
             except Snooze as exc:
                 return Snoozed(one_line(exc.message), max(exc.delay_s, 0.0))

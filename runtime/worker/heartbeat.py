@@ -6,6 +6,7 @@ from __future__ import annotations
 import anyio
 
 from runtime.db.errors import CONNECTION_ERRORS
+from runtime.process.tracing import event
 from runtime.worker.inflight import InFlight
 from runtime.worker.state import WorkerState
 
@@ -43,6 +44,7 @@ class Heartbeat:
                 flight.renewed_at = asked_at
             elif not flight.settling:  # a settling job may just have completed
                 st.job_log(flight.job).warning("lease lost (heartbeat); cancelling the job")
+                event(flight.span, "lease_lost", where="heartbeat")
                 flight.lose()
 
     def lose_unconfirmed(self, flights: list[InFlight]) -> None:
@@ -53,4 +55,5 @@ class Heartbeat:
         for flight in flights:
             if flight.renewed_at + st.config.lease_s <= horizon and not flight.settling:
                 st.job_log(flight.job).warning("lease cannot be renewed; cancelling the job")
+                event(flight.span, "lease_lost", where="heartbeat (database unreachable)")
                 flight.lose()

@@ -21,6 +21,7 @@ from runtime.jobs.store import JobStore, Rescued
 from runtime.models import JobState
 from runtime.process import metrics
 from runtime.process.identity import dead_here, host_prefix
+from runtime.process.tracing import JobSpans
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ class Rescuer:
         config: RescuerConfig,
         clock: Clock | None = None,
         on_failed: Callable[[Rescued], Awaitable[None]] | None = None,
+        spans: JobSpans | None = None,
     ):
         self.repo = repo
         self.config = config
@@ -53,6 +55,8 @@ class Rescuer:
         #: Called for each job the sweep failed (attempts exhausted on lost leases), so
         #: the stage undoes its side effects as it does for any failed job.
         self.on_failed = on_failed
+        #: Records each rescue in the job's trace (the lost run's own span died with it).
+        self.spans = spans or JobSpans(None, "")
 
     async def take_over_dead_here(self) -> int:
         """Expire at once the leases of workers that were processes of this host and are
@@ -88,6 +92,13 @@ class Rescuer:
                     job.document_id,
                     job.last_error,
                     job.state,
+                )
+                self.spans.rescued(
+                    job.stage,
+                    job.trace_context,
+                    owner=job.lease_owner,
+                    attempt=job.attempts,
+                    state=str(job.state),
                 )
                 if job.state is JobState.FAILED and self.on_failed is not None:
                     await self.on_failed(job)

@@ -3,7 +3,8 @@
 A success completes the job (group-committed by runtime/worker/completer.py when it has no
 output) and leases the stage's next job in the same commit; a failure is retried, deferred
 (transient: not counted, within a time budget) or final, and a final one undoes the
-stage's side effects."""
+stage's side effects. Each of these is recorded on the run's span too: its outcome as
+``ragline.outcome``, a retry, a deferral, a snooze or a lost lease as an event."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from runtime.errors import ProviderUnavailable, RateLimited, StorageFull, one_li
 from runtime.jobs.store import Claim, Deferral, Release, Rescued
 from runtime.models import Failure, Job, JobState
 from runtime.process import metrics
+from runtime.process.tracing import Value, annotate, event, failed
 from runtime.providers.backoff import retry_delay_s
 from runtime.stage import DbConn
 from runtime.worker.completer import Completer
@@ -31,6 +33,13 @@ from runtime.worker.outcome import (
 from runtime.worker.state import WorkerState
 
 JobLog = logging.LoggerAdapter[Any]
+
+
+def _marked(flight: InFlight, what: str, name: str | None = None, **values: Value | None) -> None:
+    """Record on the run's span how it ended (``what``) and, given a ``name``, the event."""
+    annotate(flight.span, {"outcome": what})
+    if name is not None:
+        event(flight.span, name, **values)
 
 
 class Settler:
@@ -53,9 +62,14 @@ class Settler:
             released = await st.store.release(job, now=st.clock.db_now())
             metrics.RELEASED.labels(name).inc()
             jlog.info("released on shutdown" if released else "shutdown: lease already gone")
+            if released:
+                _marked(flight, "released", "released")
+            else:
+                _marked(flight, "lost", "lease_lost", where="shutdown")
         else:
             metrics.LEASE_LOST.labels(name).inc()
             jlog.warning("lease lost; abandoned the job without committing")
+            _marked(flight, "lost")
         metrics.DURATION.labels(name, type(outcome).__name__.lower()).observe(elapsed)
         return following
 
@@ -100,9 +114,11 @@ class Settler:
             metrics.SUCCEEDED.labels(stage.name).inc()
             st.wake_next(stage.name)
             jlog.debug("succeeded in %.3fs", st.clock.monotonic() - flight.started_at)
+            _marked(flight, "succeeded")
         else:
             metrics.LEASE_LOST.labels(stage.name).inc()
             jlog.warning("lease lost before commit; nothing written")
+            _marked(flight, "lost", "lease_lost", where="commit")
         return st.track(following, stage) if following is not None else None
 
     async def snooze(self, flight: InFlight, snoozed: Snoozed, jlog: JobLog) -> None:
@@ -118,9 +134,11 @@ class Settler:
         if await st.store.release(flight.job, how, now=st.clock.db_now()):
             metrics.SNOOZED.labels(name).inc()
             jlog.debug("snoozed (claims paused %.2fs): %s", pause_s, snoozed.message)
+            _marked(flight, "snoozed", "snoozed", delay_s=snoozed.delay_s, reason=snoozed.message)
         else:
             metrics.LEASE_LOST.labels(name).inc()
             jlog.warning("lease lost before snoozing: %s", snoozed.message)
+            _marked(flight, "lost", "lease_lost", where="snooze")
 
     async def fail(self, flight: InFlight, failure: Failure, jlog: JobLog) -> None:
         if not failure.permanent and (failure.kind != UNCLASSIFIED or flight.progressed):
@@ -135,18 +153,23 @@ class Settler:
             retry_after_s=failure.retry_after_s,
         )
         state = await st.store.retry_or_fail(job, failure, delay, st.clock.db_now())
+        failed(flight.span, failure.message)
+        said = {"error.kind": failure.kind, "error.message": failure.message}
         if state is JobState.FAILED:
             metrics.FAILED.labels(name, failure.kind).inc()
             jlog.error("failed: %s", failure.message)
+            _marked(flight, "failed", "failed", **said)
             await self.undo(flight, jlog)
         elif state is JobState.QUEUED:
             metrics.RETRIED.labels(name, failure.kind).inc()
             jlog.warning(
                 "attempt %d failed, retrying in %.1fs: %s", job.attempts, delay, failure.message
             )
+            _marked(flight, "retry", "retry", **said, delay_s=delay, attempt=job.attempts)
         else:
             metrics.LEASE_LOST.labels(name).inc()
             jlog.warning("lease lost before recording failure: %s", failure.message)
+            _marked(flight, "lost", "lease_lost", where="failure", **said)
 
     async def defer(self, flight: InFlight, failure: Failure, jlog: JobLog) -> None:
         """A transient failure, or any failure of an attempt that made progress: hand the
@@ -168,9 +191,12 @@ class Settler:
         state = await st.store.defer(
             flight.job, failure.message, failure.kind, how, st.clock.db_now()
         )
+        failed(flight.span, failure.message)
+        said = {"error.kind": failure.kind, "error.message": failure.message}
         if state is JobState.FAILED:
             metrics.FAILED.labels(name, failure.kind).inc()
             jlog.error("failed: retried for %.0fs: %s", st.config.retry_for_s, failure.message)
+            _marked(flight, "failed", "failed", **said)
             await self.undo(flight, jlog)
         elif state is JobState.QUEUED:
             counter = (
@@ -182,9 +208,11 @@ class Settler:
             level = logging.DEBUG if failure.kind == ProviderUnavailable.kind else logging.INFO
             level = logging.WARNING if failure.kind == StorageFull.kind else level
             jlog.log(level, "%s; retrying later (attempt not counted)", failure.message)
+            _marked(flight, "deferred", "deferred", **said, floor_s=floor_s)
         else:
             metrics.LEASE_LOST.labels(name).inc()
             jlog.warning("lease lost before recording failure: %s", failure.message)
+            _marked(flight, "lost", "lease_lost", where="failure", **said)
 
     async def rescued_failed(self, rescued: Rescued) -> None:
         """The sweep failed a job whose attempts ran out on lost leases: undo its side

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 import anyio
+from opentelemetry.trace import Tracer
 
 from runtime.errors import one_line
 from runtime.jobs.clock import Clock
@@ -14,6 +15,7 @@ from runtime.jobs.postgres import Pool
 from runtime.jobs.store import JobStore
 from runtime.models import Job
 from runtime.process import metrics
+from runtime.process.tracing import TRACER, JobSpans
 from runtime.providers.gate import Providers
 from runtime.stage import Pipeline, Stage, holds_entry
 from runtime.worker.config import WorkerConfig
@@ -37,7 +39,12 @@ class WorkerState:
     heartbeat, listener). The store is attached while the worker runs."""
 
     def __init__(
-        self, pipeline: Pipeline, config: WorkerConfig, clock: Clock, worker_id: str
+        self,
+        pipeline: Pipeline,
+        config: WorkerConfig,
+        clock: Clock,
+        worker_id: str,
+        tracer: Tracer = TRACER,
     ) -> None:
         self.pipeline = pipeline
         self.config = config
@@ -66,6 +73,7 @@ class WorkerState:
             s for s in config.stages if s != self._entry and holds_entry(pipeline.stage(s))
         )
         self.log = logging.LoggerAdapter(log, {"worker": self.id})
+        self.spans = JobSpans(tracer if config.trace else None, worker_id)
 
     @property
     def store(self) -> JobStore:
@@ -159,7 +167,9 @@ class WorkerState:
         return flight
 
     def context(self, flight: InFlight) -> Context:
-        return Context(flight.job, self.store, self.providers, flight, pool=self.pool)
+        return Context(
+            flight.job, self.store, self.providers, flight, pool=self.pool, spans=self.spans
+        )
 
     def job_log(self, job: Job) -> logging.LoggerAdapter[Any]:
         return logging.LoggerAdapter(

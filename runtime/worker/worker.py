@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import asyncpg
+from opentelemetry.trace import Tracer
 
 from runtime.db.connect import prime_codecs
 from runtime.db.errors import CONNECTION_ERRORS
@@ -24,6 +25,7 @@ from runtime.jobs.clock import Clock
 from runtime.jobs.postgres import JobRepository, Pool
 from runtime.jobs.store import JobStore
 from runtime.process.identity import new_worker_id
+from runtime.process.tracing import TRACER
 from runtime.providers.backoff import Reconnect
 from runtime.providers.gate import Providers
 from runtime.providers.specs import SESSION_SETTINGS, by_stage
@@ -61,6 +63,7 @@ class Worker:
         *,
         clock: Clock | None = None,
         worker_id: str | None = None,
+        tracer: Tracer = TRACER,
     ) -> None:
         for name in config.stages:
             pipeline.stage(name)  # raises on an unknown stage
@@ -69,7 +72,8 @@ class Worker:
         self.config = config
         self.clock = clock or Clock()
         self.id = worker_id or new_worker_id()
-        self.state = WorkerState(pipeline, config, self.clock, self.id)
+        #: ``tracer``: where its spans go (default: the process's global provider).
+        self.state = WorkerState(pipeline, config, self.clock, self.id, tracer)
         self.heartbeat = Heartbeat(self.state)
         self.log = self.state.log
 
@@ -190,6 +194,7 @@ class Worker:
             RescuerConfig(interval_s=cfg.rescue_every_s),
             clock=self.clock,
             on_failed=settler.rescued_failed,
+            spans=st.spans,
         )
         side.start_soon(rescuer.run)
         if st.providers is not None and st.providers.active:

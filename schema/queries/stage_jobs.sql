@@ -36,10 +36,14 @@ WITH input AS (
     SET state = 'succeeded', finished_at = coalesce($4, now()), lease_expires_at = NULL
     FROM held AS i
     WHERE j.id = i.id
-    RETURNING j.id, j.document_id, j.generation, j.max_attempts, j.priority, i.next_stage
+    RETURNING j.id, j.document_id, j.generation, j.max_attempts, j.priority, i.next_stage,
+              j.trace_context
 ), next_job AS (
-    INSERT INTO stage_jobs (document_id, stage, generation, max_attempts, priority, run_after)
-    SELECT document_id, next_stage, generation, max_attempts, priority, coalesce($4, now())
+    -- The next stage's job carries the document's trace forward (docs/tracing.md).
+    INSERT INTO stage_jobs (document_id, stage, generation, max_attempts, priority, run_after,
+                            trace_context)
+    SELECT document_id, next_stage, generation, max_attempts, priority, coalesce($4, now()),
+           trace_context
     FROM done
     WHERE next_stage IS NOT NULL
     ON CONFLICT (document_id, stage) WHERE state IN ('queued', 'running') DO NOTHING
@@ -96,19 +100,20 @@ WITH input AS (
         finished_at = NULL
     WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.document_id, j.stage, j.generation, j.attempts, j.max_attempts,
-              j.lease_token, j.lease_expires_at, j.created_at
+              j.lease_token, j.lease_expires_at, j.created_at, j.trace_context
 )
 -- NOTIFY is transactional: idle workers of the next stage wake at commit.
 SELECT 'completed' AS kind, id, NULL::uuid AS document_id, NULL::text AS stage,
        NULL::int AS generation, NULL::int AS attempts, NULL::int AS max_attempts,
        NULL::uuid AS lease_token, NULL::timestamptz AS lease_expires_at,
        NULL::timestamptz AS created_at, NULL::text AS filename,
+       NULL::text AS trace_context,
        (SELECT count(pg_notify('ragline_jobs', stage)) FROM wake) AS notified
 FROM done
 UNION ALL
 SELECT 'claimed', c.id, c.document_id, c.stage, c.generation, c.attempts, c.max_attempts,
        c.lease_token, c.lease_expires_at, c.created_at,
-       (SELECT d.filename FROM documents AS d WHERE d.id = c.document_id), 0
+       (SELECT d.filename FROM documents AS d WHERE d.id = c.document_id), c.trace_context, 0
 FROM claimed AS c;
 
 -- name: completed_earlier
@@ -219,7 +224,7 @@ WITH expired AS (
     FROM expired
     WHERE j.id = expired.id
     RETURNING j.id, j.document_id, j.stage, j.generation, j.state, j.last_error, j.attempts,
-              j.max_attempts, j.created_at
+              j.max_attempts, j.created_at, j.lease_owner, j.trace_context
 ), doc AS (
     UPDATE documents AS d
     SET status = 'failed', error = rescued.stage || ': ' || rescued.last_error,
@@ -230,7 +235,7 @@ WITH expired AS (
     RETURNING d.id
 )
 SELECT r.id, r.document_id, r.stage, r.state::text AS state, r.last_error, r.generation,
-       r.attempts, r.max_attempts, r.created_at,
+       r.attempts, r.max_attempts, r.created_at, r.lease_owner, r.trace_context,
        -- Uncorrelated, so evaluated once: wake the stages that got work back.
        (SELECT count(pg_notify('ragline_jobs', s.stage))
         FROM (SELECT DISTINCT stage FROM rescued WHERE state = 'queued') AS s) AS notified
@@ -238,11 +243,15 @@ FROM rescued AS r;
 
 -- name: enqueue_jobs
 -- Enqueue jobs; one already live for the same (document, stage) is left as it is.
--- $1 document ids, $2 stages, $3 generations, $4 priorities, $5 max attempts, $6 now
+-- $1 document ids, $2 stages, $3 generations, $4 priorities, $5 max attempts, $6 now,
+-- $7 trace contexts (W3C traceparent or NULL, docs/tracing.md)
 WITH added AS (
-    INSERT INTO stage_jobs (document_id, stage, generation, priority, max_attempts, run_after)
-    SELECT * , coalesce($6, now())
-    FROM unnest($1::uuid[], $2::text[], $3::int[], $4::int[], $5::int[])
+    INSERT INTO stage_jobs (document_id, stage, generation, priority, max_attempts, run_after,
+                            trace_context)
+    SELECT n.document_id, n.stage, n.generation, n.priority, n.max_attempts,
+           coalesce($6, now()), n.trace_context
+    FROM unnest($1::uuid[], $2::text[], $3::int[], $4::int[], $5::int[], $7::text[])
+         AS n (document_id, stage, generation, priority, max_attempts, trace_context)
     ON CONFLICT (document_id, stage) WHERE state IN ('queued', 'running') DO NOTHING
     RETURNING id, stage
 ), woken AS (
@@ -269,7 +278,7 @@ SELECT count(*) FROM stage_jobs WHERE stage = ANY($1::text[]) AND state IN ('que
 -- $1 job id
 SELECT id, document_id, stage, generation, state::text AS state, attempts, max_attempts, lost,
        priority, run_after, lease_owner, lease_token, lease_expires_at, last_error,
-       error_kind, created_at, started_at, finished_at
+       error_kind, created_at, started_at, finished_at, trace_context
 FROM stage_jobs WHERE id = $1;
 
 -- name: document_jobs
@@ -277,7 +286,7 @@ FROM stage_jobs WHERE id = $1;
 -- $1 document id
 SELECT id, document_id, stage, generation, state::text AS state, attempts, max_attempts, lost,
        priority, run_after, lease_owner, lease_token, lease_expires_at, last_error,
-       error_kind, created_at, started_at, finished_at
+       error_kind, created_at, started_at, finished_at, trace_context
 FROM stage_jobs WHERE document_id = $1 ORDER BY id;
 
 -- name: retry_failed

@@ -23,6 +23,8 @@ from runtime.api import (
     InvalidDocument,
     NewDocument,
     Submitted,
+    annotate,
+    document_span,
     escape_name,
     one_line,
 )
@@ -118,8 +120,30 @@ async def submit(
 
     The recorded hash is the hash of the bytes stored, computed while they are copied
     (:meth:`AssetStore.put_stream`), whatever happens to the file meanwhile. A first,
-    cheap hash only skips files already submitted.
+    cheap hash only skips files already submitted. The document's trace starts here
+    (docs/tracing.md).
     """
+    shown: dict[str, str | bool] = {
+        "filename": display_name(path),
+        "collection": collection,
+        "forced": force,
+    }
+    with document_span("submit", shown) as span:
+        done = await _submit(pool, assets, path, conn, force, max_attempts, collection, labels)
+        annotate(span, {"document.id": str(done.document_id), "created": done.created})
+        return done
+
+
+async def _submit(
+    pool: asyncpg.Pool[Any],
+    assets: AssetStore,
+    path: Path,
+    conn: asyncpg.Connection[Any] | None,
+    force: bool,
+    max_attempts: int,
+    collection: str,
+    labels: Labels | None,
+) -> Submitted:
     docs = DocumentRepository(pool)
     fmt = detect_format(path)
     check_collection_name(collection)

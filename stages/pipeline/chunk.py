@@ -90,6 +90,7 @@ class ChunkStage:
                 "(RAGLINE_CHUNK_TOKENS is above it); their tails will not be embedded",
                 ctx.job.filename, over, len(out), window, counter.name,
             )  # fmt: skip
+        ctx.note(pages=len(pages), chunks=len(out), tokens=sum(c.tokens or 0 for c in out))
         return out
 
     async def write(self, conn: DbConn, job: Job, output: list[checkpoints.NewChunk]) -> None:

@@ -84,6 +84,7 @@ class EmbedStage(ProviderStage):
                         no_text(ctx.job.filename, self.services.settings.vision.kind)
                     )
                 CACHE_HITS.inc(texts.texts - len(texts.misses))
+                ctx.note(chunks=texts.texts, embedded=len(texts.misses), model=model)
                 if items := await self.embed_texts(ctx, model, texts.misses):
                     held.items[model] = items
         except Exception:

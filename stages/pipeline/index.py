@@ -80,6 +80,7 @@ class IndexStage:
         # The older versions' points are gone now: their stored objects go too (sync).
         await retire_superseded(ctx.pool, self.services.assets, job.document_id, job.generation)
         written = Written(collections=[live.vector_collection], points=points)
+        ctx.note(chunks=points, collection=live.vector_collection)
         if where.building is not None:
             written = await self._also_target(ctx, where.building, tenant, written)
         if points >= TRIM_AFTER_POINTS:

@@ -85,7 +85,9 @@ class ParseStage:
             if self._cpu is None:
                 self._cpu = anyio.CapacityLimiter(1)
             request = self._request(path, doc.filename, doc.media_type)
-            return await anyio.to_thread.run_sync(self._parse, job, request, limiter=self._cpu)
+            out = await anyio.to_thread.run_sync(self._parse, job, request, limiter=self._cpu)
+        ctx.note(pages=len(out.pages), images=len(out.assets), bytes=doc.byte_size)
+        return out
 
     def _request(self, path: Path, filename: str, media_type: str) -> ParseRequest:
         return parse_request(path, filename, media_type, self.services.settings)

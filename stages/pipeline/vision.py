@@ -41,7 +41,9 @@ class VisionStage(ProviderStage):
             if asset.description is None:
                 await self._describe(ctx, asset)
         described = await checkpoints.assets(ctx.pool, ctx.job.document_id)
-        return [image_chunk(a) for a in described if a.description and a.description.strip()]
+        chunks = [image_chunk(a) for a in described if a.description and a.description.strip()]
+        ctx.note(images=len(described), chunks=len(chunks))
+        return chunks
 
     async def _describe(self, ctx: JobContext, asset: checkpoints.Asset) -> None:
         data = await self.services.assets.get(asset.object_key)

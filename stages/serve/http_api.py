@@ -33,6 +33,8 @@ from runtime.api import (
     ConfigurationError,
     DocumentRepository,
     MissingInput,
+    annotate,
+    document_span,
     retry_failed_jobs,
 )
 from stages.actions import browse, documents
@@ -375,6 +377,21 @@ class UploadOperation(Operation):
         self.parameters = [*(self.parameters or []), _DISPOSITION]
 
 
+def uploaded(
+    upload: uploads.Upload, doc_id: uuid.UUID, created: bool
+) -> dict[str, str | int | bool]:
+    """What the upload's span says about it."""
+    spooled = upload.spooled
+    return {
+        "document.id": str(doc_id),
+        "created": created,
+        "filename": spooled.filename,
+        "bytes": spooled.byte_size,
+        "media_type": spooled.media_type,
+        "collection": upload.collection,
+    }
+
+
 class DocumentsApi(Controller):
     path = "/v1"
     tags = ["documents"]  # noqa: RUF012 (litestar reads it as a class attribute)
@@ -409,7 +426,8 @@ class DocumentsApi(Controller):
         Content-Disposition), into ``collection`` (query parameter or multipart field;
         default ``default``), with ``readers`` and ``meta`` (query parameters or
         multipart fields). 202 for a new document, 200 when the same bytes (or the same
-        Idempotency-Key) were already there: that document, unchanged."""
+        Idempotency-Key) were already there: that document, unchanged. The document's
+        trace starts here (a request's ``traceparent`` header continues the caller's)."""
         ctx = ctx_of(state)
         caller = caller_of(request)
         key = uploads.check_idempotency_key(idempotency_key)
@@ -417,20 +435,24 @@ class DocumentsApi(Controller):
         said = uploads.readers_of(readers, "readers")
         pairs = uploads.metadata_of(meta or (), "meta")
         headers = {k.lower(): v for k, v in request.headers.items()}
-        spooled = await uploads.receive(
-            request.stream(), headers, ctx.config.upload_dir, ctx.config.max_upload_bytes
-        )
-        try:
-            upload = uploads.Upload(
-                spooled=spooled,
-                key=key,
-                collection=upload_collection(given, spooled.collection),
-                about=uploads.about_upload(caller, said, pairs, spooled),
-                caller=caller,
+        with document_span(
+            "upload", {"idempotency_key": key is not None}, traceparent=headers.get("traceparent")
+        ) as span:
+            spooled = await uploads.receive(
+                request.stream(), headers, ctx.config.upload_dir, ctx.config.max_upload_bytes
             )
-            stored = await uploads.store(ctx.pool, ctx.services.assets, upload)
-        finally:
-            spooled.path.unlink(missing_ok=True)
+            try:
+                upload = uploads.Upload(
+                    spooled=spooled,
+                    key=key,
+                    collection=upload_collection(given, spooled.collection),
+                    about=uploads.about_upload(caller, said, pairs, spooled),
+                    caller=caller,
+                )
+                stored = await uploads.store(ctx.pool, ctx.services.assets, upload)
+            finally:
+                spooled.path.unlink(missing_ok=True)
+            annotate(span, uploaded(upload, stored.document_id, stored.created))
         url = f"/v1/documents/{stored.document_id}"
         body = Accepted(id=stored.document_id, created=stored.created, status_url=url)
         return Response(body, status_code=202 if stored.created else 200, headers={"Location": url})

@@ -307,3 +307,29 @@ async def test_workers_see_the_stages_the_others_serve(h: Harness) -> None:
     await h.store.prune_workers(3600)
     assert await h.store.register_worker("a", ["parse"]) == set()
     await h.store.expire_connections()
+
+
+async def test_a_jobs_trace_context_travels_with_its_document(h: Harness) -> None:
+    """The submission's traceparent is stored with the first job, and the job of every
+    next stage, a retry and a rescue carry the same one (docs/tracing.md)."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from runtime.process.tracing import document_span, traceparent_of
+
+    tracer = TracerProvider().get_tracer("ragline")
+    with document_span("submit", {}, tracer=tracer) as root:
+        await h.seed(1)
+    context = traceparent_of(root)
+    assert context is not None
+    [job] = await h.claim()
+    assert job.trace_context == context
+    await h.store.settle([(job, "chunk")], now=h.at(1))
+    [chunk] = await h.claim(stage="chunk", at=2)
+    assert chunk.trace_context == context
+    failure = Failure(message="boom", kind="error", permanent=False)
+    assert await h.store.retry_or_fail(chunk, failure, 0.0, h.at(3)) == JobState.QUEUED
+    [again] = await h.claim(stage="chunk", at=4)
+    assert (again.attempts, again.trace_context) == (2, context)
+    [rescued] = await h.store.rescue_expired(now=h.at(5 + LEASE_S))
+    assert (rescued.trace_context, rescued.lease_owner) == (context, "w1")
+    assert (await h.row(job.id)).trace_context == context

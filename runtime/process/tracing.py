@@ -1,0 +1,377 @@
+"""One OpenTelemetry trace per document: the spans the engine opens, and how a process
+exports them.
+
+A document's trace starts where it is submitted (:func:`document_span`; or, when nothing
+submitted it inside a span, a short root span of :func:`contexts_for`). Its W3C
+``traceparent`` is stored with its jobs (``stage_jobs.trace_context``) and copied to the
+next stage's job in the completion that enqueues it, so each run of a job is a span of that
+trace (:meth:`JobSpans.start`) in whichever process claims it, the provider calls made
+through the gate are its children, and retries, deferrals and lost leases are its events.
+
+Only ``opentelemetry-api`` is imported here: with no SDK installed or configured every
+call is a no-op and jobs carry no context. :func:`configure` installs the SDK from the
+standard ``OTEL_*`` variables (``pip install 'ragline[otel]'``). docs/tracing.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import (
+    INVALID_SPAN,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    Tracer,
+)
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from runtime.errors import ConfigurationError, one_line
+from runtime.models import Job, NewJob
+
+log = logging.getLogger(__name__)
+
+#: The instrumentation scope of every span ragline opens.
+SCOPE = "ragline"
+#: Attribute names are ``ragline.<key>`` (``ragline.pages``, ``ragline.attempt``, ...).
+PREFIX = "ragline."
+#: The tracer of the process's global provider: a no-op until an SDK provider is set
+#: (a proxy, so a provider installed later by :func:`configure` is picked up).
+TRACER = trace.get_tracer(SCOPE)
+_W3C = TraceContextTextMapPropagator()
+#: Attribute values a span takes.
+Value = str | bool | int | float
+
+
+def attributes(values: Mapping[str, Value | None]) -> dict[str, Value]:
+    """``{"ragline.<key>": value}`` for each value that is not None."""
+    return {PREFIX + k: v for k, v in values.items() if v is not None}
+
+
+# -- the context a job carries ------------------------------------------------------------
+
+
+def traceparent_of(span: Span) -> str | None:
+    """The W3C ``traceparent`` of ``span`` (None for a span of no trace: tracing off)."""
+    ctx = span.get_span_context()
+    if not ctx.is_valid:
+        return None
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+
+def parent_of(traceparent: str) -> Context:
+    """The context whose span is the (remote) parent that ``traceparent`` names; an
+    unreadable value gives an empty context (a new trace), never an error.
+
+    The engine's own ``00-<32 hex>-<16 hex>-<2 hex>`` is read by slicing (a fifth of the
+    propagator's cost, paid per job run); anything else goes through the propagator."""
+    if len(traceparent) == 55 and traceparent.startswith("00-"):
+        try:
+            ids = SpanContext(
+                trace_id=int(traceparent[3:35], 16),
+                span_id=int(traceparent[36:52], 16),
+                is_remote=True,
+                trace_flags=TraceFlags(int(traceparent[53:55], 16)),
+            )
+        except ValueError:
+            return Context()
+        if ids.is_valid:
+            return trace.set_span_in_context(NonRecordingSpan(ids))
+        return Context()
+    return _W3C.extract({"traceparent": traceparent})
+
+
+def sampled(parent: Context) -> bool:
+    """Whether the trace ``parent`` belongs to was sampled at its root (the traceparent's
+    flag). Workers follow it, as the SDK's default ``parentbased_always_on`` sampler would,
+    without asking the SDK: a sampler that ignores the parent is not consulted for runs."""
+    ids = trace.get_current_span(parent).get_span_context()
+    return not ids.is_valid or ids.trace_flags.sampled
+
+
+def contexts_for(jobs: Sequence[NewJob], tracer: Tracer = TRACER) -> list[str | None]:
+    """The trace context each new job carries: its own, else the current span's (the
+    submission's), else that of a root span opened (and ended) here for its document, so
+    that a document enqueued outside any span (sync, reprocess) still gets a trace."""
+    current = traceparent_of(trace.get_current_span())
+    out: list[str | None] = []
+    for job in jobs:
+        given = job.trace_context or current
+        if given is None:
+            given = _root_for(job, tracer)
+        out.append(given)
+    return out
+
+
+def _root_for(job: NewJob, tracer: Tracer) -> str | None:
+    span = tracer.start_span(
+        f"enqueue {job.stage}",
+        kind=SpanKind.PRODUCER,
+        attributes=attributes(
+            {"document.id": str(job.document_id), "stage": job.stage, "generation": job.generation}
+        ),
+    )
+    span.end()
+    return traceparent_of(span)
+
+
+@contextlib.contextmanager
+def document_span(
+    name: str,
+    values: Mapping[str, Value | None],
+    *,
+    traceparent: str | None = None,
+    tracer: Tracer = TRACER,
+) -> Iterator[Span]:
+    """The root span of a submission (``submit``, ``upload``), current while it runs, so
+    the jobs it enqueues carry its context. ``traceparent``: a caller's own (an HTTP
+    request's header) to continue its trace instead of starting one."""
+    parent = parent_of(traceparent) if traceparent else None
+    with tracer.start_as_current_span(
+        name,
+        context=parent,
+        kind=SpanKind.PRODUCER,
+        attributes=attributes(values),
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield span
+        except Exception as exc:
+            failed(span, exc)
+            raise
+
+
+def annotate(span: Span, values: Mapping[str, Value | None]) -> None:
+    """Set ``ragline.<key>`` attributes on ``span`` (nothing when it does not record)."""
+    if span.is_recording():
+        span.set_attributes(attributes(values))
+
+
+def event(span: Span, name: str, **values: Value | None) -> None:
+    """Add the event ``name`` with ``ragline.<key>`` attributes (when ``span`` records)."""
+    if span.is_recording():
+        span.add_event(name, attributes(values))
+
+
+def failed(span: Span, exc: BaseException | str) -> None:
+    """Mark ``span`` as an error, with a one-line description."""
+    if span.is_recording():
+        text = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+        span.set_status(Status(StatusCode.ERROR, one_line(text, 300)))
+
+
+# -- the engine's spans ---------------------------------------------------------------------
+
+
+class JobSpans:
+    """Opens the span of each job run, parented by the context its job carries.
+
+    ``tracer`` None: no span at all (what tracing costs is measured against that,
+    ``python -m bench.queue --parts trace``). A job that carries no context (submitted
+    while tracing was off) gets no span either: one trace per document, never a trace per
+    stage run.
+    """
+
+    def __init__(self, tracer: Tracer | None, worker_id: str) -> None:
+        self.tracer = tracer
+        self.worker_id = worker_id
+
+    def start(self, job: Job) -> Span:
+        """The run's span. Which process ran it is the resource's ``host.name`` and
+        ``process.pid`` (:func:`process_resource`): the same for every span a worker
+        exports, so not repeated on each (attributes are most of a span's cost)."""
+        if job.trace_context is None or not self.live():
+            return INVALID_SPAN
+        assert self.tracer is not None
+        parent = parent_of(job.trace_context)
+        if not sampled(parent):
+            # The root's sampler left the document out: so would the default (parent-
+            # based) sampler here, after the SDK's work for a span that records nothing.
+            return trace.get_current_span(parent)
+        return self.tracer.start_span(
+            f"stage {job.stage}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes={
+                "ragline.stage": job.stage,
+                "ragline.attempt": job.attempts,
+                "ragline.document.id": str(job.document_id),
+                "ragline.job.id": job.id,
+                "ragline.generation": job.generation,
+            },
+        )
+
+    def live(self) -> bool:
+        """Whether spans may record: a tracer of its own, or the global one once an SDK
+        provider is set (before that, a run's context is not even read)."""
+        if self.tracer is TRACER:
+            return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+        return self.tracer is not None
+
+    @contextlib.asynccontextmanager
+    async def provider_call(
+        self,
+        parent: Span,
+        provider: str,
+        tokens: int,
+        gate: contextlib.AbstractAsyncContextManager[None],
+    ) -> AsyncIterator[None]:
+        """One provider call, through ``gate``, as a child span of ``parent`` (the job's)
+        that is current meanwhile (a client library's own spans nest under it)."""
+        if self.tracer is None or not parent.is_recording():
+            async with gate:
+                yield
+            return
+        with self.tracer.start_as_current_span(
+            f"provider {provider}",
+            context=trace.set_span_in_context(parent),
+            kind=SpanKind.CLIENT,
+            attributes=attributes({"provider": provider, "provider.tokens": tokens}),
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            try:
+                async with gate:
+                    yield
+            except BaseException as exc:
+                failed(span, exc)
+                span.set_attribute("error.type", type(exc).__name__)
+                raise
+
+    def rescued(self, stage: str, traceparent: str | None, **values: Value | None) -> None:
+        """A job of another worker whose lease expired: a short span in its trace with
+        the loss as an event (its own run's span ended with that worker, unexported)."""
+        if self.tracer is None or traceparent is None:
+            return
+        span = self.tracer.start_span(
+            f"rescue {stage}",
+            context=parent_of(traceparent),
+            attributes=attributes({"stage": stage, "worker.id": self.worker_id}),
+        )
+        event(span, "lease_lost", **values)
+        span.end()
+
+
+# -- a process's exporter, from the OTEL_* variables -----------------------------------------
+
+#: Variables whose presence turns tracing on when ``OTEL_TRACES_EXPORTER`` is not set.
+_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+def _nothing() -> None:
+    """Shut down nothing (tracing stayed a no-op)."""
+
+
+def exporter_names(env: Mapping[str, str]) -> list[str]:
+    """The exporters the environment asks for (none: tracing stays a no-op).
+
+    ``OTEL_SDK_DISABLED=true`` or ``OTEL_TRACES_EXPORTER=none``: none. Unset, it is
+    ``otlp`` only when an OTLP endpoint variable is set: a process that was told nothing
+    does not send spans to a default address nobody listens on.
+    """
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return []
+    given = env.get("OTEL_TRACES_EXPORTER")
+    if given is None:
+        return ["otlp"] if any(env.get(v) for v in _ENDPOINTS) else []
+    return [n for n in (p.strip().lower() for p in given.split(",")) if n and n != "none"]
+
+
+def configure(env: Mapping[str, str] | None = None) -> Callable[[], None]:
+    """Install the SDK as the global tracer provider when the ``OTEL_*`` variables ask
+    for an exporter; returns what flushes and shuts it down (call it before exiting).
+
+    Raises :class:`ConfigurationError` (one line) for an exporter that is unknown or not
+    installed. Without the SDK installed, a warning says how to get it, and nothing is
+    traced.
+    """
+    env = os.environ if env is None else env
+    names = exporter_names(env)
+    if not names:
+        return _nothing
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        log.warning(
+            "OTEL_* variables ask for traces (%s) but the OpenTelemetry SDK is not "
+            "installed: pip install 'ragline[otel]'; tracing stays off",
+            ",".join(names),
+        )
+        return _nothing
+    exporters = [exporter(name, env) for name in names]
+    provider = TracerProvider(resource=Resource.create(process_resource(env)))
+    for one in exporters:
+        provider.add_span_processor(BatchSpanProcessor(one))
+    trace.set_tracer_provider(provider)
+    return provider.shutdown
+
+
+def process_resource(env: Mapping[str, str]) -> dict[str, Value]:
+    """What every span of this process shares: ``service.name`` ``ragline`` (unless
+    ``OTEL_SERVICE_NAME`` or ``OTEL_RESOURCE_ATTRIBUTES`` name it), the host and the pid
+    (which, with the span's time, tell which worker ran a job)."""
+    named = "OTEL_SERVICE_NAME" in env or "service.name=" in env.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    out: dict[str, Value] = {"host.name": socket.gethostname(), "process.pid": os.getpid()}
+    if not named:
+        out["service.name"] = SCOPE
+    return out
+
+
+def exporter(name: str, env: Mapping[str, str]) -> Any:
+    """The span exporter ``OTEL_TRACES_EXPORTER`` names: ``otlp`` (over
+    ``OTEL_EXPORTER_OTLP[_TRACES]_PROTOCOL``, default ``http/protobuf``), ``console``
+    (stderr: stdout is the commands' own), or any package's
+    ``opentelemetry_traces_exporter`` entry point."""
+    if name == "otlp":
+        return _otlp(env)
+    if name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter(out=sys.stderr)
+    from importlib.metadata import entry_points
+
+    found = entry_points(group="opentelemetry_traces_exporter", name=name)
+    if not found:
+        raise ConfigurationError(
+            f"OTEL_TRACES_EXPORTER: unknown exporter {name!r} (otlp, console, none, or an "
+            "installed package's opentelemetry_traces_exporter entry point)"
+        )
+    return next(iter(found)).load()()
+
+
+def _otlp(env: Mapping[str, str]) -> Any:
+    protocol = (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    ).strip()
+    modules = {"http/protobuf": "http", "grpc": "grpc"}
+    if protocol not in modules:
+        raise ConfigurationError(
+            f"OTEL_EXPORTER_OTLP_PROTOCOL: {protocol!r} is not one of http/protobuf, grpc"
+        )
+    kind = modules[protocol]
+    try:
+        module = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{kind}.trace_exporter")
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"the OTLP exporter over {protocol} is not installed: pip install "
+            f"opentelemetry-exporter-otlp-proto-{kind} (http/protobuf: 'ragline[otel]')"
+        ) from exc
+    return module.OTLPSpanExporter()
