@@ -16,10 +16,11 @@ WHERE state IN ('queued', 'running')
 GROUP BY stage;
 
 -- name: failed_by_stage
--- Failed jobs of current generations, per stage.
+-- Failed jobs of current generations, per stage. Such a job failed its document (the same
+-- statement), so only failed documents are joined: the failed few, not the whole table.
 SELECT j.stage, count(*) AS failed
 FROM stage_jobs AS j JOIN documents AS d ON d.id = j.document_id AND d.generation = j.generation
-WHERE j.state = 'failed'
+WHERE j.state = 'failed' AND d.status = 'failed'
 GROUP BY j.stage;
 
 -- name: documents_progress

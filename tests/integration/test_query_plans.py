@@ -9,8 +9,7 @@ milliseconds (the documents list took 280 ms before ``documents_newest``, migrat
 
 Not guarded yet, because they still scan ``documents``: the per-status and per-collection
 counts of ``status`` and ``collections`` (``count_documents_by_status``,
-``collection_counts``) and ``status``'s failed jobs per stage (``failed_by_stage``, a hash
-join with the documents).
+``collection_counts``).
 """
 
 from __future__ import annotations
@@ -79,6 +78,7 @@ INTERACTIVE: list[tuple[str, str, list[Any]]] = [
     ("status", "failures", [None, None, 50]),
     ("status", "failures", ["embed", "permanent", 50]),
     ("status", "stage_overview", []),
+    ("status", "failed_by_stage", []),
 ]
 
 
