@@ -169,6 +169,27 @@ def _pages(text: str | None) -> tuple[int | None, int | None]:
     return (lo, hi)
 
 
+class Box(msgspec.Struct, frozen=True):
+    """Where part of a hit's text sits: a rectangle of a page in points, from the page's
+    top left (PDFs)."""
+
+    page: int
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+
+
+def boxes_of(flat: list[float] | None) -> list[Box]:
+    """Stored boxes (``(page, x0, y0, x1, y1)`` flat) as :class:`Box` es."""
+    if not flat:
+        return []
+    return [
+        Box(int(flat[i]), *(round(v, 1) for v in flat[i + 1 : i + 5]))
+        for i in range(0, len(flat) - 4, 5)
+    ]
+
+
 class Answer(msgspec.Struct, kw_only=True, omit_defaults=True):
     """A hit as shown: its score in the mode's scale (cosine, BM25, or fused rank)."""
 
@@ -188,6 +209,10 @@ class Answer(msgspec.Struct, kw_only=True, omit_defaults=True):
     text: str
     #: The document's metadata (the user's key/values), as PostgreSQL has it now.
     metadata: dict[str, Any] = {}
+    #: PDFs: where the text sits on its pages (one rectangle per column run of blocks).
+    boxes: list[Box] = []
+    #: A piece of a table (Markdown rows, its header row first).
+    table: bool = False
 
 
 class Answers(msgspec.Struct, kw_only=True):
@@ -350,4 +375,6 @@ def _answer(hit: Hit, row: AnswerRow) -> Answer:
         section=row.section if chunk else own.get("section"),
         text=row.text if chunk and row.text is not None else str(own.get("text", "")),
         metadata=row.user_metadata,
+        boxes=boxes_of(row.boxes) if chunk else [],
+        table=bool(row.is_table) if chunk else bool(own.get("table", False)),
     )

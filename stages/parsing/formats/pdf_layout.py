@@ -1,0 +1,187 @@
+"""A PDF page's layout for the chunker: its text blocks with their boxes, where the
+outline's sections start on it, and the type of the blocks that could be headings.
+
+The outline is read once per document from MuPDF's own tree (its entries' targets are
+resolved to a page and a point there; PyMuPDF's ``get_toc`` builds the same in Python at
+about 15 times the cost). Where a document has no outline, the size and weight of each
+short block's first character and of the page's longest block are read from MuPDF's text
+page, so the chunker can tell headings by type (a few MuPDF calls a block, on those
+blocks only). Tables: :mod:`stages.parsing.formats.pdf_tables`.
+"""
+
+# mypy: disallow-untyped-calls=False
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import pymupdf
+from pymupdf import mupdf
+
+from stages.parsing.formats.unit import Block, Heading, Layout
+
+__all__ = ["Outline", "Target", "outline", "page_layout"]
+
+#: An outline of more entries is read up to this many (a bomb has millions).
+MAX_OUTLINE_ENTRIES = 20_000
+#: A block this long or longer is never a heading: its type is not read (but the page's
+#: longest block is, as the body's sample).
+_HEADING_MAX_CHARS = 160
+#: A target point this far below a block's top still lands on it (points).
+_TARGET_SLACK = 3.0
+#: Blocks at or below a target among which its title is looked for.
+_TITLE_LOOKAHEAD = 3
+_SPACE = re.compile(r"\s+")
+_ERRORS = (RuntimeError, ValueError, pymupdf.mupdf.FzErrorBase)
+
+#: An outline entry's target on its page: (y of the point, level, title).
+Target = tuple[float, int, str]
+#: Page index (0-based) → the targets on it, in outline order.
+Outline = dict[int, list[Target]]
+
+
+def outline(doc: pymupdf.Document) -> Outline | None:
+    """The document's outline by page; None when it has none (or it cannot be read)."""
+    try:
+        root = mupdf.fz_load_outline(doc.this)
+    except _ERRORS:
+        return None
+    if not root.m_internal:
+        return None
+    found: Outline = {}
+    count = 0
+    stack: list[tuple[Any, int]] = [(root.m_internal, 1)]
+    while stack and count < MAX_OUTLINE_ENTRIES:
+        node, level = stack.pop()
+        if node.next:
+            stack.append((node.next, level))
+        if node.down:
+            stack.append((node.down, level + 1))
+        count += 1
+        page = _page_of(doc, node)
+        title = _SPACE.sub(" ", node.title or "").strip()[:200]
+        if page >= 0 and title:
+            found.setdefault(page, []).append((float(node.y), level, title))
+    return found
+
+
+def _page_of(doc: pymupdf.Document, node: Any) -> int:
+    try:
+        return int(mupdf.ll_fz_page_number_from_location(doc.this.m_internal, node.page))
+    except _ERRORS:
+        return -1
+
+
+def page_layout(
+    blocks: Sequence[tuple[Any, ...]], textpage: Any, targets: list[Target] | None
+) -> tuple[str, Layout]:
+    """The page's text (text blocks joined by blank lines, as
+    :func:`stages.parsing.formats.pdf_text.text_at` gives it) and its layout.
+    ``targets``: the outline's entries on this page (None: the document has no outline,
+    so the type of short blocks is read instead)."""
+    parts: list[str] = []
+    out: list[Block] = []
+    at = 0
+    texts = [b for b in blocks if b[6] == 0]
+    for b in texts:
+        text = b[4].strip()
+        if "\x00" in text:
+            # Some fonts map glyphs to U+0000; PostgreSQL text cannot hold it.
+            text = text.replace("\x00", "").strip()
+        if parts:
+            at += 2
+        parts.append(text)
+        out.append(Block(at, at + len(text), _r(b[0]), _r(b[1]), _r(b[2]), _r(b[3])))
+        at += len(text)
+    if targets is None:
+        out = _typed(out, parts, textpage)
+    kept = [(b, t) for b, t in zip(out, parts, strict=True) if t]
+    text, laid = _rejoined(kept)
+    headings = None if targets is None else _headings(laid, text, targets)
+    box = textpage.m_internal.mediabox
+    width, height = _r(box.x1 - box.x0), _r(box.y1 - box.y0)
+    return text, Layout(width=width, height=height, blocks=laid, headings=headings)
+
+
+def _r(value: float) -> float:
+    return round(float(value), 1)
+
+
+def _rejoined(kept: list[tuple[Block, str]]) -> tuple[str, list[Block]]:
+    """The blocks with text, offsets counted again without the empty ones."""
+    out: list[Block] = []
+    at = 0
+    for block, text in kept:
+        if out:
+            at += 2
+        out.append(Block(at, at + len(text), *_box(block), block.size, block.bold))
+        at += len(text)
+    return "\n\n".join(t for _, t in kept), out
+
+
+def _box(b: Block) -> tuple[float, float, float, float]:
+    return b.x0, b.y0, b.x1, b.y1
+
+
+def _typed(out: list[Block], parts: list[str], textpage: Any) -> list[Block]:
+    """The blocks with the size and weight of their first character, for those short
+    enough to be headings and for the page's longest (the body's sample)."""
+    if not out:
+        return out
+    longest = max(range(len(parts)), key=lambda i: len(parts[i]))
+    wanted = {i for i, t in enumerate(parts) if 0 < len(t) < _HEADING_MAX_CHARS} | {longest}
+    typed = list(out)
+    index = 0
+    for block in textpage:
+        inner = block.m_internal
+        if inner.type != 0:
+            continue
+        if index in wanted and index < len(typed):
+            size, bold = _first_char(block)
+            typed[index] = Block(*_span(typed[index]), *_box(typed[index]), size, bold)
+        index += 1
+    return typed
+
+
+def _span(b: Block) -> tuple[int, int]:
+    return b.start, b.end
+
+
+def _first_char(block: Any) -> tuple[float, bool]:
+    for line in block:
+        for char in line:
+            inner = char.m_internal
+            font = inner.font
+            bold = bool(mupdf.ll_fz_font_is_bold(font)) or "bold" in (
+                mupdf.ll_fz_font_name(font).lower()
+            )
+            return round(float(inner.size), 1), bold
+    return 0.0, False
+
+
+def _headings(blocks: list[Block], text: str, targets: list[Target]) -> list[Heading]:
+    """Where each outline target's section starts: at the block among the first few at or
+    below its point whose text holds its title, else the first of them (the page's end
+    when none is below it: the section starts with the next page)."""
+    found: list[Heading] = []
+    for y, level, title in targets:
+        y = y if y == y else 0.0  # NaN: a target without a point, the page's top
+        below = [b for b in blocks if b.y0 >= y - _TARGET_SLACK]
+        below.sort(key=lambda b: b.y0)
+        start = len(text)
+        if below:
+            start = below[0].start
+            key = _folded(title)[:40]
+            for b in below[:_TITLE_LOOKAHEAD]:
+                if key and key in _folded(text[b.start : b.end]):
+                    start = b.start
+                    break
+        found.append(Heading(start, level, title))
+    found.sort(key=lambda h: h.start)
+    return found
+
+
+def _folded(text: str) -> str:
+    return _SPACE.sub(" ", text).strip().casefold()
