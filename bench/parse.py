@@ -71,7 +71,7 @@ def parse_raw(path: Path) -> int:
 
 def parse_pages(path: Path) -> int:
     doc = open_pdf(path, name=path.name)
-    count = sum(1 for _ in iter_pages(doc, trim_cache_every_pages=200))
+    count = sum(1 for _ in iter_pages(doc, trim_cache_every_pages=200, layout=True))
     doc.close()
     return count
 

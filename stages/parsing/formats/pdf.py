@@ -27,6 +27,7 @@ from pymupdf import mupdf
 
 from runtime.api import InvalidDocument, MissingInput, one_line, release_free_heap
 from stages.parsing.formats.pdf_layout import Outline, outline, page_layout
+from stages.parsing.formats.pdf_tables import may_have_tables, page_tables
 from stages.parsing.formats.pdf_text import blocks_at, text_at
 from stages.parsing.formats.png import png_of
 from stages.parsing.formats.unit import (
@@ -278,7 +279,10 @@ def _read_page(
 def _laid_out(doc: pymupdf.Document, number: int, found: Outline | None) -> tuple[str, Layout]:
     blocks, textpage = blocks_at(doc, number)
     targets = None if found is None else found.get(number, [])
-    return page_layout(blocks, textpage, targets)
+    tables = []
+    if may_have_tables(doc, number):
+        tables = page_tables(doc.load_page(number), textpage)
+    return page_layout(blocks, textpage, targets, tables)
 
 
 def _skipped(doc: pymupdf.Document, number: int, what: str, exc: BaseException) -> None:

@@ -20,7 +20,10 @@ from typing import Any
 import pymupdf
 from pymupdf import mupdf
 
+from stages.parsing.formats.pdf_tables import Table, markdown_rows
 from stages.parsing.formats.unit import Block, Heading, Layout
+
+TABLE_HEADER, TABLE_ROW = 1, 2
 
 __all__ = ["Outline", "Target", "outline", "page_layout"]
 
@@ -75,29 +78,30 @@ def _page_of(doc: pymupdf.Document, node: Any) -> int:
 
 
 def page_layout(
-    blocks: Sequence[tuple[Any, ...]], textpage: Any, targets: list[Target] | None
+    blocks: Sequence[tuple[Any, ...]],
+    textpage: Any,
+    targets: list[Target] | None,
+    tables: Sequence[Table] = (),
 ) -> tuple[str, Layout]:
     """The page's text (text blocks joined by blank lines, as
-    :func:`stages.parsing.formats.pdf_text.text_at` gives it) and its layout.
-    ``targets``: the outline's entries on this page (None: the document has no outline,
-    so the type of short blocks is read instead)."""
+    :func:`stages.parsing.formats.pdf_text.text_at` gives it, a table's rows one a line in
+    place of its cells' blocks) and its layout. ``targets``: the outline's entries on
+    this page (None: the document has no outline, so the type of short blocks is read
+    instead)."""
     parts: list[str] = []
     out: list[Block] = []
-    at = 0
-    texts = [b for b in blocks if b[6] == 0]
-    for b in texts:
+    for b in (b for b in blocks if b[6] == 0):
         text = b[4].strip()
         if "\x00" in text:
             # Some fonts map glyphs to U+0000; PostgreSQL text cannot hold it.
             text = text.replace("\x00", "").strip()
-        if parts:
-            at += 2
         parts.append(text)
-        out.append(Block(at, at + len(text), _r(b[0]), _r(b[1]), _r(b[2]), _r(b[3])))
-        at += len(text)
+        out.append(Block(0, len(text), _r(b[0]), _r(b[1]), _r(b[2]), _r(b[3])))
     if targets is None:
         out = _typed(out, parts, textpage)
     kept = [(b, t) for b, t in zip(out, parts, strict=True) if t]
+    if tables:
+        kept = _with_tables(kept, tables)
     text, laid = _rejoined(kept)
     headings = None if targets is None else _headings(laid, text, targets)
     box = textpage.m_internal.mediabox
@@ -105,20 +109,62 @@ def page_layout(
     return text, Layout(width=width, height=height, blocks=laid, headings=headings)
 
 
+def _with_tables(kept: list[tuple[Block, str]], tables: Sequence[Table]) -> list[tuple[Block, str]]:
+    """The blocks with each table's rows in place of the blocks inside it (where the
+    first of them was; after the blocks above it when none was)."""
+    out: list[tuple[Block, str]] = []
+    placed: set[int] = set()
+    for block, text in kept:
+        inside = _table_of(block, tables)
+        if inside is None:
+            out.append((block, text))
+        elif inside not in placed:
+            placed.add(inside)
+            out.extend(_rows(tables[inside]))
+    for i, table in enumerate(tables):
+        if i not in placed:
+            at = sum(1 for b, _ in out if b.y1 <= table.box[1])
+            out[at:at] = _rows(table)
+    return out
+
+
+def _table_of(block: Block, tables: Sequence[Table]) -> int | None:
+    cx, cy = (block.x0 + block.x1) / 2, (block.y0 + block.y1) / 2
+    for i, t in enumerate(tables):
+        x0, y0, x1, y1 = t.box
+        if x0 <= cx <= x1 and y0 <= cy <= y1:
+            return i
+    return None
+
+
+def _rows(table: Table) -> list[tuple[Block, str]]:
+    lines = markdown_rows(table)
+    out: list[tuple[Block, str]] = []
+    for i, ((box, _), line) in enumerate(zip(table.rows, lines, strict=True)):
+        x0, y0, x1, y1 = (_r(v) for v in box)
+        out.append((Block(0, 0, x0, y0, x1, y1, kind=TABLE_HEADER if i == 0 else TABLE_ROW), line))
+    return out
+
+
 def _r(value: float) -> float:
     return round(float(value), 1)
 
 
 def _rejoined(kept: list[tuple[Block, str]]) -> tuple[str, list[Block]]:
-    """The blocks with text, offsets counted again without the empty ones."""
+    """The blocks with text and their offsets in the page's text: blocks apart by a
+    blank line, a table's rows by a line break."""
     out: list[Block] = []
+    texts: list[str] = []
     at = 0
     for block, text in kept:
         if out:
-            at += 2
-        out.append(Block(at, at + len(text), *_box(block), block.size, block.bold))
+            join = "\n" if block.kind == TABLE_ROW and out[-1].kind else "\n\n"
+            texts.append(join)
+            at += len(join)
+        out.append(Block(at, at + len(text), *_box(block), block.size, block.bold, block.kind))
+        texts.append(text)
         at += len(text)
-    return "\n\n".join(t for _, t in kept), out
+    return "".join(texts), out
 
 
 def _box(b: Block) -> tuple[float, float, float, float]:
