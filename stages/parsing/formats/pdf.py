@@ -279,7 +279,7 @@ def _read_page(
 def _laid_out(doc: pymupdf.Document, number: int, found: Outline | None) -> tuple[str, Layout]:
     blocks, textpage = blocks_at(doc, number)
     targets = None if found is None else found.get(number, [])
-    tables = []
+    tables = None
     if may_have_tables(doc, number):
         tables = page_tables(doc.load_page(number), textpage)
     return page_layout(blocks, textpage, targets, tables)

@@ -20,7 +20,7 @@ from typing import Any
 import pymupdf
 from pymupdf import mupdf
 
-from stages.parsing.formats.pdf_tables import Table, markdown_rows
+from stages.parsing.formats.pdf_tables import Found, Table, markdown_rows
 from stages.parsing.formats.unit import Block, Heading, Layout
 
 TABLE_HEADER, TABLE_ROW = 1, 2
@@ -81,7 +81,7 @@ def page_layout(
     blocks: Sequence[tuple[Any, ...]],
     textpage: Any,
     targets: list[Target] | None,
-    tables: Sequence[Table] = (),
+    tables: Found | None = None,
 ) -> tuple[str, Layout]:
     """The page's text (text blocks joined by blank lines, as
     :func:`stages.parsing.formats.pdf_text.text_at` gives it, a table's rows one a line in
@@ -90,7 +90,10 @@ def page_layout(
     instead)."""
     parts: list[str] = []
     out: list[Block] = []
-    for b in (b for b in blocks if b[6] == 0):
+    texts = [b for b in blocks if b[6] == 0]
+    if tables is not None:
+        texts = _outside(texts, tables)
+    for b in texts:
         text = b[4].strip()
         if "\x00" in text:
             # Some fonts map glyphs to U+0000; PostgreSQL text cannot hold it.
@@ -100,8 +103,8 @@ def page_layout(
     if targets is None:
         out = _typed(out, parts, textpage)
     kept = [(b, t) for b, t in zip(out, parts, strict=True) if t]
-    if tables:
-        kept = _with_tables(kept, tables)
+    if tables is not None:
+        kept = _with_tables(kept, tables.tables)
     text, laid = _rejoined(kept)
     headings = None if targets is None else _headings(laid, text, targets)
     box = textpage.m_internal.mediabox
@@ -126,6 +129,47 @@ def _with_tables(kept: list[tuple[Block, str]], tables: Sequence[Table]) -> list
             at = sum(1 for b, _ in out if b.y1 <= table.box[1])
             out[at:at] = _rows(table)
     return out
+
+
+def _outside(texts: list[tuple[Any, ...]], found: Found) -> list[tuple[Any, ...]]:
+    """The text blocks, one that runs into a table (its middle outside it) read again
+    from the page's words outside the tables: no cell's words twice."""
+    out: list[tuple[Any, ...]] = []
+    boxes = [t.box for t in found.tables]
+    for b in texts:
+        inside = _table_of(Block(0, 0, b[0], b[1], b[2], b[3]), found.tables) is not None
+        if inside or not any(_overlap(b, box) for box in boxes):
+            out.append(b)
+            continue
+        out.append(_without(b, found.words, boxes))
+    return out
+
+
+def _overlap(b: tuple[Any, ...], box: tuple[float, float, float, float]) -> bool:
+    return bool(b[0] < box[2] and b[2] > box[0] and b[1] < box[3] and b[3] > box[1])
+
+
+def _without(
+    b: tuple[Any, ...], words: list[tuple[Any, ...]], boxes: list[tuple[float, float, float, float]]
+) -> tuple[Any, ...]:
+    kept = [
+        w
+        for w in words
+        if w[5] == b[5]
+        and not any(
+            x0 <= (w[0] + w[2]) / 2 <= x1 and y0 <= (w[1] + w[3]) / 2 <= y1
+            for x0, y0, x1, y1 in boxes
+        )
+    ]
+    if not kept:
+        return (*b[:4], "", *b[5:])
+    lines: dict[int, list[str]] = {}
+    for w in kept:
+        lines.setdefault(w[6], []).append(w[4])
+    text = "\n".join(" ".join(line) for line in lines.values())
+    x0, y0 = min(w[0] for w in kept), min(w[1] for w in kept)
+    x1, y1 = max(w[2] for w in kept), max(w[3] for w in kept)
+    return (x0, y0, x1, y1, text, *b[5:])
 
 
 def _table_of(block: Block, tables: Sequence[Table]) -> int | None:

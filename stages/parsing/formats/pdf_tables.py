@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 import pymupdf
 
-__all__ = ["Table", "may_have_tables", "page_tables"]
+__all__ = ["Found", "Table", "markdown_rows", "may_have_tables", "page_tables"]
 
 #: Path operators (``re``, ``l``) a page's content must have before its drawings are read.
 MIN_PATH_OPS = 6
@@ -54,6 +54,15 @@ class Table(msgspec.Struct, frozen=True):
     rows: list[tuple[tuple[float, float, float, float], list[str]]]
 
 
+class Found(msgspec.Struct, frozen=True):
+    """A page's tables and its words (``extractWORDS``: x0, y0, x1, y1, word, block,
+    line, number), from which a block running into a table is read again without the
+    table's words."""
+
+    tables: list[Table]
+    words: list[tuple[Any, ...]]
+
+
 def may_have_tables(doc: pymupdf.Document, number: int) -> bool:
     """Whether page ``number``'s content draws enough lines to hold a ruled table (its
     content streams scanned, not run)."""
@@ -75,16 +84,18 @@ def may_have_tables(doc: pymupdf.Document, number: int) -> bool:
     return False
 
 
-def page_tables(page: pymupdf.Page, textpage: Any) -> list[Table]:
-    """The ruled tables on ``page`` (``textpage``: its MuPDF text page, for the words)."""
+def page_tables(page: pymupdf.Page, textpage: Any) -> Found | None:
+    """The ruled tables on ``page`` (``textpage``: its MuPDF text page, for the words);
+    None where it has none."""
     horizontal, vertical = _rules(page)
-    if len(horizontal) < 3 or len(vertical) < 2:
-        return []
-    grids = [g for g in _grids(horizontal, vertical) if len(g[0]) >= 2 and len(g[1]) >= 2]
+    if len(horizontal) < 3 or len(vertical) < 3:
+        return None
+    grids = [g for g in _grids(horizontal, vertical) if len(g[0]) >= 3 and len(g[1]) >= 3]
     if not grids:
-        return []
+        return None
     words = pymupdf.extra.extractWORDS(textpage, None)
-    return [t for g in grids if (t := _table(g, words)) is not None]
+    tables = [t for g in grids if (t := _table(g, words)) is not None]
+    return Found(tables, words) if tables else None
 
 
 def _rules(page: pymupdf.Page) -> tuple[list[_Rule], list[_Rule]]:
@@ -100,7 +111,7 @@ def _rules(page: pymupdf.Page) -> tuple[list[_Rule], list[_Rule]]:
                 (ax, ay), (bx, by) = item[1], item[2]
                 _add_line(horizontal, vertical, ax, ay, bx, by)
             elif item[0] == "re":
-                _add_rect(horizontal, vertical, *item[1])
+                _add_rect(horizontal, vertical, *item[1], stroked="s" in path["type"])
     return horizontal, vertical
 
 
@@ -114,14 +125,22 @@ def _add_line(
 
 
 def _add_rect(
-    horizontal: list[_Rule], vertical: list[_Rule], x0: float, y0: float, x1: float, y1: float
+    horizontal: list[_Rule],
+    vertical: list[_Rule],
+    x0: float,
+    y0: float,
+    x1: float,
+    y1: float,
+    *,
+    stroked: bool,
 ) -> None:
     width, height = x1 - x0, y1 - y0
     if height < _THIN and width >= _MIN_RULE:
         horizontal.append((x0, (y0 + y1) / 2, x1))
     elif width < _THIN and height >= _MIN_RULE:
         vertical.append(((x0 + x1) / 2, y0, y1))
-    elif width >= _MIN_RULE and height >= _MIN_RULE:  # a cell's outline
+    elif stroked and width >= _MIN_RULE and height >= _MIN_RULE:
+        # A cell's outline (a filled one is a swatch or a background, not a rule).
         horizontal += [(x0, y0, x1), (x0, y1, x1)]
         vertical += [(x0, y0, y1), (x1, y0, y1)]
 
@@ -163,7 +182,7 @@ def _levels(values: Sequence[float]) -> list[float]:
 def _table(grid: tuple[list[_Rule], list[_Rule]], words: list[tuple[Any, ...]]) -> Table | None:
     horizontal, vertical = grid
     ys, xs = _levels([h[1] for h in horizontal]), _levels([v[0] for v in vertical])
-    if len(ys) < 3 or len(xs) < 2:
+    if len(ys) < 3 or len(xs) < 3:  # two rows and two columns at least
         return None
     cells: list[list[list[tuple[float, float, str]]]] = [
         [[] for _ in range(len(xs) - 1)] for _ in range(len(ys) - 1)
