@@ -13,6 +13,7 @@ blocks only). Tables: :mod:`stages.parsing.formats.pdf_tables`.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +25,10 @@ from stages.parsing.formats.pdf_tables import Found, Table, markdown_rows
 from stages.parsing.formats.unit import Block, Heading, Layout
 
 TABLE_HEADER, TABLE_ROW = 1, 2
+#: A column's block may reach this far past the page's middle (points).
+_GUTTER = 6.0
+#: Each column holds this many characters at least before a page counts as two columns.
+_COLUMN_MIN_CHARS = 120
 
 __all__ = ["Outline", "Target", "outline", "page_layout"]
 
@@ -103,11 +108,12 @@ def page_layout(
     if targets is None:
         out = _typed(out, parts, textpage)
     kept = [(b, t) for b, t in zip(out, parts, strict=True) if t]
+    box = textpage.m_internal.mediabox
+    kept = in_columns(kept, box.x1 - box.x0)
     if tables is not None:
         kept = _with_tables(kept, tables.tables)
     text, laid = _rejoined(kept)
     headings = None if targets is None else _headings(laid, text, targets)
-    box = textpage.m_internal.mediabox
     width, height = _r(box.x1 - box.x0), _r(box.y1 - box.y0)
     return text, Layout(width=width, height=height, blocks=laid, headings=headings)
 
@@ -129,6 +135,56 @@ def _with_tables(kept: list[tuple[Block, str]], tables: Sequence[Table]) -> list
             at = sum(1 for b, _ in out if b.y1 <= table.box[1])
             out[at:at] = _rows(table)
     return out
+
+
+def in_columns(kept: list[tuple[Block, str]], width: float) -> list[tuple[Block, str]]:
+    """The blocks in reading order where the page is set in two columns and the content
+    stream interleaves them (left, right, left...): in each band between blocks that
+    span both columns, the left column top to bottom, then the right. Any other page's
+    blocks stay in the content stream's order, which is nearly every producer's."""
+    middle = width / 2
+    sides = [_side(b, middle) for b, _ in kept]
+    if not _interleaved(sides) or not _both_filled(kept, sides):
+        return kept
+    spanning = sorted(b.y0 for (b, _), side in zip(kept, sides, strict=True) if side == 0)
+
+    def place(entry: tuple[tuple[Block, str], int]) -> tuple[int, int, float]:
+        (b, _), side = entry
+        band = bisect.bisect_left(spanning, b.y0)
+        return (band, side if side else 3, b.y0)
+
+    return [e for e, _ in sorted(zip(kept, sides, strict=True), key=place)]
+
+
+def _side(b: Block, middle: float) -> int:
+    """1 left column, 2 right column, 0 across the middle."""
+    if b.x1 <= middle + _GUTTER:
+        return 1
+    if b.x0 >= middle - _GUTTER:
+        return 2
+    return 0
+
+
+def _interleaved(sides: list[int]) -> bool:
+    """Whether a left-column block follows a right-column one with no spanning block
+    between (the content stream reads across the columns)."""
+    seen_right = False
+    for side in sides:
+        if side == 0:
+            seen_right = False
+        elif side == 2:
+            seen_right = True
+        elif seen_right:
+            return True
+    return False
+
+
+def _both_filled(kept: list[tuple[Block, str]], sides: list[int]) -> bool:
+    chars = {1: 0, 2: 0}
+    for (_, text), side in zip(kept, sides, strict=True):
+        if side:
+            chars[side] += len(text)
+    return min(chars.values()) >= _COLUMN_MIN_CHARS
 
 
 def _outside(texts: list[tuple[Any, ...]], found: Found) -> list[tuple[Any, ...]]:
