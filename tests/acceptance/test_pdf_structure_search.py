@@ -1,0 +1,102 @@
+"""A PDF's structure at the search doors (issue 35): made PDFs ingested by the CLI (the
+fake Cohere embeds), then ``search --json`` and ``GET /v1/search`` each give a hit its
+section (the outline's heading path), its boxes on its pages, and mark a table's pieces;
+the stored page keeps the running header the chunks leave out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bench.harness.cli import Cli
+from bench.harness.db import Databases, sql
+from bench.harness.made_pdfs import HEADER, outline_pdf, tables_pdf
+from bench.harness.serve import Server, running_server
+from tests.support.pipeline_env import FAKE_DIMS, TimedCohere, cohere_env
+
+TOKEN = "tok-open"
+
+
+class Ingested:
+    def __init__(self, cli: Cli, server: Server, dsn: str) -> None:
+        self.cli, self.server, self.dsn = cli, server, dsn
+
+
+@pytest.fixture(scope="module")
+def ingested(databases: Databases, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ingested]:
+    tmp = tmp_path_factory.mktemp("structure")
+    folder = tmp / "in"
+    folder.mkdir()
+    outline_pdf(folder / "almanac.pdf")
+    tables_pdf(folder / "settings.pdf")
+    with TimedCohere(dims=FAKE_DIMS) as fake, databases.fresh() as dsn:
+        cli = Cli(dsn, tmp / "data", tmp / "logs", **cohere_env(fake))
+        with running_server(cli, RAGLINE_API_TOKENS=TOKEN) as server:
+            done = cli.run("ingest", str(folder), "--json")
+            assert done.code == 0, done
+            yield Ingested(cli, server, dsn)
+
+
+def cli_hits(ingested: Ingested, query: str) -> list[dict[str, Any]]:
+    done = ingested.cli.run("search", query, "--json", "-k", "50", "--mode", "keyword")
+    assert done.code == 0, done
+    hits: list[dict[str, Any]] = json.loads(done.out)
+    return hits
+
+
+def api_hits(ingested: Ingested, query: str) -> list[dict[str, Any]]:
+    with ingested.server.client(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        r = http.get("/v1/search", params={"q": query, "k": 50, "mode": "keyword"})
+    assert r.status_code == 200, r.text
+    hits: list[dict[str, Any]] = r.json()
+    return hits
+
+
+@pytest.mark.parametrize("door", [cli_hits, api_hits])
+def test_a_hit_says_its_section_and_where_it_sits(ingested: Ingested, door: Any) -> None:
+    [hit] = [h for h in door(ingested, "springrange") if "springrange" in h["text"]]
+    # Its section first; sections shorter than a quarter of a chunk (these are a
+    # sentence or two) share a chunk with the next, which the label names after it.
+    assert hit["section"].startswith("1 Tides › 1.1 Spring tides")
+    assert hit["boxes"], hit
+    for box in hit["boxes"]:
+        assert hit["page_start"] <= box["page"] <= hit["page_end"]
+        assert 0 <= box["x0"] < box["x1"] <= 595 and 0 <= box["y0"] < box["y1"] <= 842
+    assert HEADER not in hit["text"]
+    assert not hit.get("table", False)
+
+
+@pytest.mark.parametrize("door", [cli_hits, api_hits])
+def test_a_table_piece_is_marked_and_starts_with_its_header(ingested: Ingested, door: Any) -> None:
+    hits = [h for h in door(ingested, "timeout") if "timeout" in h["text"]]
+    [hit] = hits
+    assert hit["table"] is True
+    assert hit["text"].startswith("| Setting | Default | Meaning |\n| --- | --- | --- |")
+    assert "| timeout | 30 | seconds before a request fails |" in hit["text"]
+
+
+def test_the_stored_page_keeps_the_running_header(ingested: Ingested) -> None:
+    rows = sql(ingested.dsn, "SELECT text FROM pages ORDER BY page")
+    assert rows and all(HEADER in r[0] for r in rows if "Tides" in r[0] or "Currents" in r[0])
+
+
+def test_the_section_filter_finds_a_pdf_section(ingested: Ingested) -> None:
+    done = ingested.cli.run(
+        "search",
+        "ebbflow neaprange",
+        "--json",
+        "-k",
+        "50",
+        "--mode",
+        "keyword",
+        "--section",
+        "1 tides",
+    )
+    assert done.code == 0, done
+    hits = json.loads(done.out)
+    assert hits and all(h["section"].startswith("1 Tides") for h in hits)
+    assert any("neaprange" in h["text"] for h in hits)
+    assert not any("ebbflow" in h["text"] for h in hits)  # section 2's
