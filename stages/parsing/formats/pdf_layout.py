@@ -104,7 +104,7 @@ def page_layout(
             # Some fonts map glyphs to U+0000; PostgreSQL text cannot hold it.
             text = text.replace("\x00", "").strip()
         parts.append(text)
-        out.append(Block(0, len(text), _r(b[0]), _r(b[1]), _r(b[2]), _r(b[3])))
+        out.append(Block(0, len(text), b[0], b[1], b[2], b[3]))
     if targets is None:
         out = _typed(out, parts, textpage)
     kept = [(b, t) for b, t in zip(out, parts, strict=True) if t]
@@ -241,7 +241,7 @@ def _rows(table: Table) -> list[tuple[Block, str]]:
     lines = markdown_rows(table)
     out: list[tuple[Block, str]] = []
     for i, ((box, _), line) in enumerate(zip(table.rows, lines, strict=True)):
-        x0, y0, x1, y1 = (_r(v) for v in box)
+        x0, y0, x1, y1 = box
         out.append((Block(0, 0, x0, y0, x1, y1, kind=TABLE_HEADER if i == 0 else TABLE_ROW), line))
     return out
 
