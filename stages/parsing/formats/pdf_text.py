@@ -2,8 +2,9 @@
 separated by blank lines, with ligatures expanded ("ﬁ" → "fi", so search finds the words).
 
 Blocks give the chunker paragraphs; content-stream order is nearly every producer's reading
-order (sorting by position would interleave two columns); headings come from the text, not
-font sizes. Only characters are read, never where each sits: PyMuPDF's box correction,
+order (sorting by position would interleave two columns; a page that reads across two
+columns is put in order by :mod:`stages.parsing.formats.pdf_layout`, which also keeps the
+blocks' boxes). Only characters are read, never where each sits: PyMuPDF's box correction,
 MuPDF's text-color ICC conversion and its mediabox clip are off (``extractBLOCKS`` drops
 off-page characters itself). Costs: docs/architecture.md, "Throughput and latency".
 """
