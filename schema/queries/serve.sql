@@ -50,3 +50,11 @@ WHERE k.key = $1;
 INSERT INTO upload_keys (key, document_id, sha256, collection) VALUES ($1, $2, $3, $4)
 ON CONFLICT (key) DO NOTHING
 RETURNING document_id;
+
+-- name: chunk_boxes
+-- Where a chunk's text sits, and the document's original to render it from (the web
+-- view's highlighted page). No row: no such chunk.
+-- $1 document id, $2 chunk ordinal
+SELECT c.boxes, d.asset_key, d.media_type, c.generation
+FROM chunks AS c JOIN documents AS d ON d.id = c.document_id
+WHERE c.document_id = $1 AND c.ordinal = $2;

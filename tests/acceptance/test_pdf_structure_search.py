@@ -5,11 +5,14 @@ the stored page keeps the running header the chunks leave out."""
 
 from __future__ import annotations
 
+import io
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from PIL import Image
 
 from bench.harness.cli import Cli
 from bench.harness.db import Databases, sql
@@ -100,3 +103,32 @@ def test_the_section_filter_finds_a_pdf_section(ingested: Ingested) -> None:
     assert hits and all(h["section"].startswith("1 Tides") for h in hits)
     assert any("neaprange" in h["text"] for h in hits)
     assert not any("ebbflow" in h["text"] for h in hits)  # section 2's
+
+
+def test_the_web_view_shows_a_hit_on_its_page_highlighted(ingested: Ingested) -> None:
+    """The search page links a PDF hit to its page rendered with the hit's boxes filled
+    yellow; the picture is rendered once and kept (the second answer is the same)."""
+    [hit] = [h for h in api_hits(ingested, "springrange") if "springrange" in h["text"]]
+    with ingested.server.client(cookies={"ragline_token": TOKEN}) as web:
+        page = web.get("/search", params={"q": "springrange", "k": 5})
+        assert page.status_code == 200, page.text
+        link = re.search(r'<a class="where" href="([^"]+)"', page.text)
+        assert link is not None, page.text
+        shown = web.get(link.group(1).replace("&amp;", "&"))
+        assert shown.status_code == 200, shown.text
+        assert shown.headers["content-type"] == "image/png"
+        assert web.get(link.group(1).replace("&amp;", "&")).content == shown.content
+        missing = web.get(f"/documents/{hit['document_id']}/pages/1?chunk=9999")
+        assert missing.status_code == 404
+    picture = Image.open(io.BytesIO(shown.content)).convert("RGB")
+    scale = picture.width / 595
+    box = hit["boxes"][0]
+    # Just above the box's first line (the highlight reaches 2 pt past the box), and in
+    # the left margin at that height.
+    y = int((box["y0"] - 1) * scale)
+    inside = picture.getpixel((int((box["x0"] + box["x1"]) / 2 * scale), y))
+    outside = picture.getpixel((int(10 * scale), y))
+    assert outside == (255, 255, 255)
+    assert isinstance(inside, tuple)
+    red, green, blue = inside[:3]
+    assert blue < 220 and red > 200 and green > 180, inside  # yellow over white
