@@ -9,6 +9,7 @@ import io
 import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,9 +19,11 @@ from bench.harness.cli import Cli
 from bench.harness.db import Databases, sql
 from bench.harness.made_pdfs import HEADER, outline_pdf, tables_pdf
 from bench.harness.serve import Server, running_server
+from tests.support.browser import chromium, needs_chromium
 from tests.support.pipeline_env import FAKE_DIMS, TimedCohere, cohere_env
 
 TOKEN = "tok-open"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "tests" / "artifacts"
 
 
 class Ingested:
@@ -132,3 +135,26 @@ def test_the_web_view_shows_a_hit_on_its_page_highlighted(ingested: Ingested) ->
     assert isinstance(inside, tuple)
     red, green, blue = inside[:3]
     assert blue < 220 and red > 200 and green > 180, inside  # yellow over white
+
+
+@needs_chromium
+def test_a_browser_opens_the_highlighted_page(ingested: Ingested) -> None:
+    """Headless Chromium: log in, search, follow the hit's "see it on the page" link, and
+    see the page picture; its screenshot goes to tests/artifacts/ (docs/formats.md)."""
+    from selenium.webdriver.common.by import By
+
+    for driver in chromium():
+        driver.get(f"{ingested.server.url}/login")
+        driver.add_cookie({"name": "ragline_token", "value": TOKEN})  # as the form sets it
+        driver.get(f"{ingested.server.url}/search?q=springrange&k=5")
+        link = driver.find_element(By.CSS_SELECTOR, "a.where")
+        link.click()
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        WebDriverWait(driver, 30).until(
+            lambda d: (
+                int(d.find_element(By.TAG_NAME, "img").get_attribute("naturalWidth") or 0) > 500
+            )
+        )
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "structure-highlighted-page.png"))
