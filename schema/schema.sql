@@ -101,6 +101,9 @@ CREATE TABLE pages (
     -- Formats without pages: the section's heading path or line range (page counts the
     -- sections); reflowable books: the page's chapter. NULL for PDFs.
     section      text,
+    -- PDFs: the page's blocks, boxes, outline headings and table rows (msgpack of
+    -- stages.parsing.formats.unit.Layout; 0019); NULL for other formats.
+    layout       bytea,
     PRIMARY KEY (document_id, page)
 );
 
@@ -146,8 +149,13 @@ CREATE TABLE chunks (
     tokens       integer CHECK (tokens >= 0),
     -- Longer than the embedder's window: its tail was never embedded (expected never).
     over_window  boolean NOT NULL DEFAULT false,
-    -- The section of its first page (pages.section), NULL where there is none.
+    -- Its section label (the heading paths it spans), NULL where there is none.
     section      text,
+    -- PDFs: where its text sits, (page, x0, y0, x1, y1) in points from the page's top
+    -- left, five reals a rectangle (0019).
+    boxes        real[],
+    -- A piece of a table, its header row first (0019).
+    is_table     boolean NOT NULL DEFAULT false,
     PRIMARY KEY (document_id, ordinal),
     CHECK (page_end >= page_start)
 );

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Accepted",
     "Answer",
+    "Box",
     "Counts",
     "DocumentDetail",
     "DocumentEvent",
@@ -133,6 +134,17 @@ class StageOut(msgspec.Struct, kw_only=True):
     providers: list[ProviderState] = msgspec.field(default_factory=list)
 
 
+class Box(msgspec.Struct, frozen=True):
+    """Where part of a hit's text sits: a rectangle of a page in points, from the page's
+    top left (PDFs)."""
+
+    page: int
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+
+
 class Answer(msgspec.Struct, kw_only=True, omit_defaults=True):
     """A hit as shown: its score in the mode's scale (cosine, BM25, or fused rank)."""
 
@@ -152,6 +164,10 @@ class Answer(msgspec.Struct, kw_only=True, omit_defaults=True):
     text: str
     #: The document's metadata (the user's key/values), as PostgreSQL has it now.
     metadata: dict[str, Any] = {}
+    #: PDFs: where the text sits on its pages (one rectangle per column run of blocks).
+    boxes: list[Box] = []
+    #: A piece of a table (Markdown rows, its header row first).
+    table: bool = False
 
     @property
     def chunk_id(self) -> str:

@@ -8,14 +8,16 @@ DELETE FROM pages WHERE document_id = $1;
 
 -- name: insert_pages
 -- A document's text per page.
--- $1 document id, $2 page numbers, $3 texts, $4 section labels (NULL: a page of a PDF)
-INSERT INTO pages (document_id, page, text, section)
-SELECT $1, p, t, s FROM unnest($2::int[], $3::text[], $4::text[]) AS u (p, t, s);
+-- $1 document id, $2 page numbers, $3 texts, $4 section labels (NULL: a page of a PDF),
+-- $5 layouts (NULL: not a PDF's page)
+INSERT INTO pages (document_id, page, text, section, layout)
+SELECT $1, p, t, s, l FROM unnest($2::int[], $3::text[], $4::text[], $5::bytea[])
+    AS u (p, t, s, l);
 
 -- name: document_pages
 -- A document's pages in order.
 -- $1 document id
-SELECT page, text, section FROM pages WHERE document_id = $1 ORDER BY page;
+SELECT page, text, section, layout FROM pages WHERE document_id = $1 ORDER BY page;
 
 -- name: delete_assets_except
 -- Drop images a new parse no longer found (descriptions of the rest are kept).
@@ -113,7 +115,7 @@ ON CONFLICT (model, sha256) DO NOTHING;
 -- A key lookup per chunk: as a join, a generic plan may hash the whole embeddings table.
 -- The slice is a range of the primary key (document_id, ordinal).
 SELECT c.ordinal, c.kind::text AS kind, c.text, c.page_start, c.page_end, c.generation,
-       c.section,
+       c.section, c.is_table,
        (SELECT e.vector FROM embeddings AS e WHERE e.model = $2 AND e.sha256 = c.sha256)
            AS vector
 FROM chunks AS c

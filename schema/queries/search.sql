@@ -38,7 +38,7 @@ WHERE d.indexed_generation IS NOT NULL
 -- (NULL: may read everything; else only documents with no readers or one of them)
 SELECT h.i::integer AS rank, d.id AS document_id, h.ordinal, h.generation, d.filename,
        d.source_uri, d.collection, d.media_type, d.metadata, c.kind::text AS kind,
-       c.page_start, c.page_end, c.section, c.text
+       c.page_start, c.page_end, c.section, c.text, c.boxes, c.is_table
 FROM unnest($1::uuid[], $2::integer[], $3::integer[])
          WITH ORDINALITY AS h (document_id, ordinal, generation, i)
 JOIN documents AS d

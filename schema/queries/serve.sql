@@ -68,3 +68,11 @@ SELECT page, text, section FROM pages WHERE document_id = $1 AND page = $2;
 -- How many pages a document's parse wrote.
 -- $1 document id
 SELECT count(*) FROM pages WHERE document_id = $1;
+
+-- name: chunk_boxes
+-- Where a chunk's text sits, and the document's original to render it from (the web
+-- view's highlighted page). No row: no such chunk.
+-- $1 document id, $2 chunk ordinal
+SELECT c.boxes, d.asset_key, d.media_type, c.generation
+FROM chunks AS c JOIN documents AS d ON d.id = c.document_id
+WHERE c.document_id = $1 AND c.ordinal = $2;

@@ -31,6 +31,7 @@ from stages.db import search as search_db
 from stages.db.model_switch import Live, live
 from stages.db.search import AnswerRow, DocumentFilter, HitRef
 from stages.http_types import Answer as Answer
+from stages.http_types import Box as Box
 from stages.ports.collections import check_collection_name
 from stages.ports.services import Services
 from stages.ports.vector_index import (
@@ -249,6 +250,16 @@ def _in_range(when: datetime) -> bool:
     return True
 
 
+def boxes_of(flat: list[float] | None) -> list[Box]:
+    """Stored boxes (``(page, x0, y0, x1, y1)`` flat) as :class:`Box` es."""
+    if not flat:
+        return []
+    return [
+        Box(int(flat[i]), *(round(v, 1) for v in flat[i + 1 : i + 5]))
+        for i in range(0, len(flat) - 4, 5)
+    ]
+
+
 class Answers(msgspec.Struct, kw_only=True):
     hits: list[Answer]
     mode: str
@@ -409,6 +420,8 @@ def _answer(hit: Hit, row: AnswerRow) -> Answer:
         section=row.section if chunk else own.get("section"),
         text=row.text if chunk and row.text is not None else str(own.get("text", "")),
         metadata=row.user_metadata,
+        boxes=boxes_of(row.boxes) if chunk else [],
+        table=bool(row.is_table) if chunk else bool(own.get("table", False)),
     )
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 import schema
 from runtime.api import DbConn, to_struct
+from stages.parsing.formats.unit import Layout
 
 Q = schema.load("pipeline")
 #: How embeddings.vector stores a vector: float32, big-endian (float4send's byte order).
@@ -34,6 +35,8 @@ class Page(msgspec.Struct, frozen=True):
     #: Where a format has no pages: the section's heading path or line range (search shows
     #: it); for reflowable books the chapter. None for PDFs.
     section: str | None = None
+    #: A PDF page's blocks, boxes, outline headings and table rows.
+    layout: Layout | None = None
 
 
 class Asset(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,8 +77,12 @@ class NewChunk(ChunkText, frozen=True, kw_only=True):
     tokens: int | None = None
     #: Longer than the embedder's window: the model never reads its tail.
     over_window: bool = False
-    #: The section of its first page (:attr:`Page.section`), if that has one.
+    #: The sections it spans (heading paths), if it has one.
     section: str | None = None
+    #: PDFs: where its text sits, (page, x0, y0, x1, y1) a rectangle, flat.
+    boxes: list[float] | None = None
+    #: A piece of a table (its header row first).
+    is_table: bool = False
 
 
 class ChunkTokens(msgspec.Struct, frozen=True, kw_only=True):
@@ -95,6 +102,7 @@ class OverWindow(msgspec.Struct, frozen=True, kw_only=True):
 class ChunkVector(StoredChunk, frozen=True, kw_only=True):
     vector: Vector | None
     section: str | None = None
+    is_table: bool = False
 
 
 #: The chunks' columns a write fills, in the order of its rows. Binary COPY rather than an
@@ -105,7 +113,7 @@ class ChunkVector(StoredChunk, frozen=True, kw_only=True):
 #: for the two together, within the noise).
 CHUNK_COLUMNS = (
     "document_id", "kind", "generation", "ordinal", "text", "page_start", "page_end", "sha256",
-    "tokens", "over_window", "section",
+    "tokens", "over_window", "section", "boxes", "is_table",
 )  # fmt: skip
 
 
@@ -115,18 +123,34 @@ def _columns(rows: Sequence[msgspec.Struct], *fields: str) -> list[list[Any]]:
     return [[getattr(row, field) for row in rows] for field in fields]
 
 
+_encode_layout = msgspec.msgpack.Encoder().encode
+_decode_layout = msgspec.msgpack.Decoder(Layout).decode
+
+
 async def replace_pages(conn: Conn, document_id: uuid.UUID, pages: Sequence[Page]) -> None:
     await conn.execute(Q["delete_pages"], document_id)
     await conn.execute(
         Q["insert_pages"],
         document_id,
         *_columns(pages, "page", "text", "section"),
+        [None if p.layout is None else _encode_layout(p.layout) for p in pages],
     )
 
 
 async def pages(db: Reader, document_id: uuid.UUID) -> list[Page]:
     rows = await db.fetch(Q["document_pages"], document_id)
-    return [Page(r["page"], r["text"], r["section"]) for r in rows]
+    return [Page(r["page"], r["text"], r["section"], _layout(r["layout"])) for r in rows]
+
+
+def _layout(data: bytes | None) -> Layout | None:
+    """A stored layout; one this version cannot read (written by a newer one) counts as
+    none: the page is chunked as text."""
+    if data is None:
+        return None
+    try:
+        return _decode_layout(data)
+    except msgspec.DecodeError:
+        return None
 
 
 async def replace_assets(conn: Conn, document_id: uuid.UUID, assets: Sequence[Asset]) -> None:
@@ -179,7 +203,7 @@ async def _insert_chunks(
         return
     rows = [
         (document_id, kind, generation, first + i, c.text, c.page_start, c.page_end, c.sha256,
-         c.tokens, c.over_window, c.section)
+         c.tokens, c.over_window, c.section, c.boxes, c.is_table)
         for i, c in enumerate(chunks)
     ]  # fmt: skip
     await conn.copy_records_to_table("chunks", records=rows, columns=CHUNK_COLUMNS)
@@ -269,6 +293,7 @@ async def chunk_vectors(
             generation=r["generation"],
             vector=vector,
             section=r["section"],
+            is_table=r["is_table"],
         )
         for r, vector in zip(rows, vectors_of([r["vector"] for r in rows]), strict=True)
     ]

@@ -57,6 +57,9 @@ class AnswerRow(msgspec.Struct, frozen=True, kw_only=True):
     page_end: int | None
     section: str | None
     text: str | None
+    #: PDFs: (page, x0, y0, x1, y1) a rectangle, flat (NULL: none kept).
+    boxes: list[float] | None = None
+    is_table: bool | None = None
 
     @property
     def user_metadata(self) -> dict[str, Any]:

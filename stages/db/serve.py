@@ -113,3 +113,18 @@ async def page_text(pool: Pool, document_id: uuid.UUID, page: int) -> PageText |
 async def page_count(pool: Pool, document_id: uuid.UUID) -> int:
     found: int = await pool.fetchval(Q["page_count"], document_id)
     return found
+
+
+class ChunkBoxes(msgspec.Struct, frozen=True, kw_only=True):
+    """A chunk's boxes (``(page, x0, y0, x1, y1)`` flat; None: none kept) and its
+    document's original."""
+
+    boxes: list[float] | None
+    asset_key: str | None
+    media_type: str
+    generation: int
+
+
+async def chunk_boxes(pool: Pool, document_id: uuid.UUID, ordinal: int) -> ChunkBoxes | None:
+    row = await pool.fetchrow(Q["chunk_boxes"], document_id, ordinal)
+    return None if row is None else to_struct(ChunkBoxes, row)

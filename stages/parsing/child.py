@@ -61,8 +61,9 @@ def read_document(request: ParseRequest) -> Iterator[Unit]:
             min_image_bytes=request.min_image_bytes,
             max_image_pixels=request.max_image_pixels,
             trim_cache_every_pages=request.trim_cache_every_pages,
+            layout=request.layout,
         ):
-            yield Unit(text.page, text.text, None, images)
+            yield Unit(text.page, text.text, None, images, text.layout)
     finally:
         pdf.close()  # type: ignore[no-untyped-call]
 

@@ -47,6 +47,9 @@ class ParseRequest(msgspec.Struct, frozen=True, tag=True):
     cpu_s: int = 0
     #: Characters of text the document may have (0: no limit).
     max_chars: int = 0
+    #: A PDF's structure too: each page's blocks with their boxes, the outline's
+    #: sections, tables (:class:`~stages.parsing.formats.unit.Layout`).
+    layout: bool = True
 
 
 class Units(msgspec.Struct, frozen=True, tag=True):

@@ -18,7 +18,9 @@ from prometheus_client import Counter, Histogram
 from runtime.api import DbConn, Job, JobContext, MissingInput, release_free_heap
 from stages.db import checkpoints
 from stages.ports.services import Services
-from stages.text.chunking import chunk_pages
+from stages.text.chunking import ChunkConfig, chunk_pages
+from stages.text.structure import structured_chunks
+from stages.text.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,42 @@ def section_label(sections: dict[int, str], first: int, last: int) -> str | None
     return label if len(label) <= 300 else label[:299] + "…"
 
 
+def new_chunks(
+    pages: list[checkpoints.Page], config: ChunkConfig, counter: TokenCounter
+) -> list[checkpoints.NewChunk]:
+    """The document's chunks: by its structure where its pages have a layout (a PDF's:
+    :mod:`stages.text.structure`), else by paragraphs and headings of the text."""
+    window = counter.window
+    if any(p.layout is not None for p in pages):
+        return [
+            checkpoints.NewChunk(
+                text=c.text,
+                page_start=c.page_start,
+                page_end=c.page_end,
+                sha256=c.sha256,
+                tokens=c.tokens,
+                over_window=c.tokens > window,
+                section=c.section,
+                boxes=c.boxes or None,
+                is_table=c.table,
+            )
+            for c in structured_chunks(pages, config, counter)
+        ]
+    sections = {p.page: p.section for p in pages if p.section}
+    return [
+        checkpoints.NewChunk(
+            text=c.text,
+            page_start=c.page_start,
+            page_end=c.page_end,
+            sha256=c.sha256,
+            tokens=c.tokens,
+            over_window=c.tokens > window,
+            section=section_label(sections, c.page_start, c.page_end),
+        )
+        for c in chunk_pages([(p.page, p.text) for p in pages], config, counter)
+    ]
+
+
 class ChunkStage:
     name = "chunk"
 
@@ -64,25 +102,11 @@ class ChunkStage:
         # (the worker's peak RSS).
         if self._cpu is None:
             self._cpu = anyio.CapacityLimiter(1)
-        chunks = await anyio.to_thread.run_sync(
-            lambda: chunk_pages([(p.page, p.text) for p in pages], config, counter),
-            limiter=self._cpu,
+        out = await anyio.to_thread.run_sync(
+            lambda: new_chunks(pages, config, counter), limiter=self._cpu
         )
         release_free_heap()  # the chunker's arrays of a long document
         window = counter.window
-        sections = {p.page: p.section for p in pages if p.section}
-        out = [
-            checkpoints.NewChunk(
-                text=c.text,
-                page_start=c.page_start,
-                page_end=c.page_end,
-                sha256=c.sha256,
-                tokens=c.tokens,
-                over_window=c.tokens > window,
-                section=section_label(sections, c.page_start, c.page_end),
-            )
-            for c in chunks
-        ]
         over = sum(c.over_window for c in out)
         if over:
             log.warning(

@@ -209,6 +209,7 @@ def payload(
         "filename": job.filename,
         COLLECTION_FIELD: tenant,
         **({"section": row.section} if row.section else {}),
+        **({"table": True} if row.is_table else {}),
     }
 
 
@@ -245,8 +246,11 @@ def document_points(
         )
         for point, r in zip(ids, rows, strict=True)
     ]
-    # Formats beyond PDF: the section label search shows (absent for PDFs).
+    # The section label search shows (absent where a document has none), and a table's
+    # pieces marked as such.
     for point, r in zip(points, rows, strict=True):
         if r.section:
             point.payload["section"] = r.section
+        if r.is_table:
+            point.payload["table"] = True
     return points

@@ -98,7 +98,7 @@ class ParseStage:
         assets: list[checkpoints.Asset] = []
 
         def take(unit: Unit) -> None:
-            pages.append(checkpoints.Page(unit.page, unit.text, unit.section))
+            pages.append(checkpoints.Page(unit.page, unit.text, unit.section, unit.layout))
             assets.extend(self._store(job, image) for image in unit.images)
 
         self.services.parser.parse(request, take)

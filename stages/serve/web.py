@@ -13,6 +13,7 @@ from http import HTTPStatus
 from typing import Annotated, Any
 from urllib.parse import quote
 
+import anyio.to_thread
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
 from litestar.di import Provide
@@ -25,7 +26,9 @@ from litestar.types import ExceptionHandlersMap
 from runtime.api import ProviderState
 from stages.actions import browse
 from stages.actions.search import Answer
+from stages.db import serve as serve_db
 from stages.parsing.formats import FORMATS, SUFFIXES
+from stages.ports.assets import document_prefix
 from stages.serve import http_api as api
 from stages.serve.auth import COOKIE, caller_of, presented_cookie, token_ok
 from stages.serve.config import api_tokens
@@ -211,11 +214,49 @@ def hit_rows(hits: list[Answer]) -> str:
         section = f"· {_cell(h.section)} " if h.section else ""
         out.append(
             f'<li class="hit"><a href="/documents/{h.document_id}">{_cell(h.filename)}</a> '
-            f"p.{h.page_start}–{h.page_end} {section}"
+            f"p.{h.page_start}–{h.page_end} {section}{_where(h)}"
             f'<span class="score">{h.score:.3f}</span>'
             f"<p>{escape(text)}</p></li>"
         )
     return "".join(out)
+
+
+def _where(h: Answer) -> str:
+    """A link to the hit's first page rendered with its text highlighted (PDFs)."""
+    if not h.boxes:
+        return ""
+    page = h.boxes[0].page
+    href = f"/documents/{h.document_id}/pages/{page}?chunk={h.ordinal}"
+    return f'<a class="where" href="{href}">see it on the page</a> '
+
+
+@get("/documents/{doc:str}/pages/{page:int}", include_in_schema=False, exception_handlers=AS_PAGE)
+async def highlighted_page(
+    request: Request[Any, Any, Any], state: State, doc: str, page: int, chunk: int
+) -> Response[bytes]:
+    """Page ``page`` of a PDF as a PNG with chunk ``chunk``'s boxes on it highlighted,
+    rendered once and kept as an asset of the document (it goes with it)."""
+    ctx: ServeContext = state.ctx
+    doc_id = document_id(doc)
+    await api.readable(ctx, caller_of(request), doc_id)
+    found = await serve_db.chunk_boxes(ctx.pool, doc_id, chunk)
+    if found is None or not found.asset_key or found.media_type != "application/pdf":
+        raise HTTPException(status_code=404, detail=f"no PDF chunk {chunk} of document {doc_id}")
+    flat = found.boxes or []
+    boxes = [flat[i + 1 : i + 5] for i in range(0, len(flat) - 4, 5) if int(flat[i]) == page]
+    key = f"{document_prefix(doc_id)}renders/g{found.generation}-c{chunk}-p{page}.png"
+    assets = ctx.services.assets
+    if await assets.exists(key):
+        return Response(await assets.get(key), media_type="image/png")
+    from stages.parsing.formats.render import highlighted_page as render  # PyMuPDF: lazily
+
+    async with assets.local_file(found.asset_key) as path:
+        try:
+            data = await anyio.to_thread.run_sync(render, path, page, boxes)
+        except ValueError as exc:
+            raise HTTPException(status_code=404, detail=str(exc)) from None
+    await assets.put(key, data, "image/png")
+    return Response(data, media_type="image/png")
 
 
 #: The media types the search form offers (every format ragline reads).
@@ -292,4 +333,12 @@ async def login(
     return response
 
 
-HANDLERS = [documents_page, document_page, stages_page, search_page, login_form, login]
+HANDLERS = [
+    documents_page,
+    document_page,
+    highlighted_page,
+    stages_page,
+    search_page,
+    login_form,
+    login,
+]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import msgspec
 
@@ -21,7 +21,7 @@ from runtime.api import ConfigurationError
 from stages.text.paragraphs import Atom, Joined, atoms, is_heading, split
 from stages.text.tokens import CharCounter, TokenCounter
 
-__all__ = ["Chunk", "ChunkConfig", "ChunkSizes", "chunk_pages", "is_heading"]
+__all__ = ["Chunk", "ChunkConfig", "ChunkSizes", "Cut", "chunk_pages", "cut", "is_heading"]
 
 _PAGE_JOIN = "\n\n"
 MIN_CHUNK_TOKENS = 16
@@ -110,6 +110,39 @@ def chunk_pages(
     return chunks
 
 
+class Cut(msgspec.Struct, frozen=True):
+    """A window of parts joined (``text``), where each part starts in it (``first``: the
+    index of its first part), and the chunk spans cut from it: ``(start, end, exact
+    tokens)``."""
+
+    text: str
+    offsets: list[int]
+    spans: list[tuple[int, int, int]]
+    first: int
+
+
+def cut(
+    parts: Sequence[tuple[int, str]],
+    sizes: ChunkSizes,
+    counter: TokenCounter,
+    breaks: Iterable[int] = (),
+) -> list[Cut]:
+    """:func:`chunk_pages`'s spans over ``(page number, text)`` parts, no chunk running
+    over the start of a part in ``breaks`` (their indexes: where a section starts; the
+    structure's chunker, :mod:`stages.text.structure`, maps the spans to boxes); a
+    window of :data:`WINDOW_CHARS` at a time, as there."""
+    hard = sorted(set(breaks))
+    out: list[Cut] = []
+    first = 0
+    for window in _windows(parts):
+        texts, offsets, _ = _join(window)
+        text = _PAGE_JOIN.join(texts)
+        at = [offsets[i - first] for i in hard if first < i < first + len(window)]
+        out.append(Cut(text, offsets, _spans(text, texts, sizes, counter, at), first))
+        first += len(window)
+    return out
+
+
 def _windows(pages: Iterable[tuple[int, str]]) -> Iterator[list[tuple[int, str]]]:
     """The pages in runs of :data:`WINDOW_CHARS` characters or more (the last shorter)."""
     window: list[tuple[int, str]] = []
@@ -139,14 +172,18 @@ def _chunk_window(
 
 
 def _spans(
-    text: str, parts: list[str], sizes: ChunkSizes, counter: TokenCounter
+    text: str,
+    parts: list[str],
+    sizes: ChunkSizes,
+    counter: TokenCounter,
+    breaks: Sequence[int] = (),
 ) -> list[tuple[int, int, int]]:
     """``(start, end, tokens)`` of each chunk. The token prefix array lives only in here:
     a long document's is freed before its chunks' texts are cut."""
     joined = Joined(text, counter.prefix(parts, _PAGE_JOIN), counter)
     # Small enough that an overlap plus any one atom always fits in a chunk.
     pieces = atoms(joined, sizes.max_tokens - sizes.overlap_tokens)
-    return _fit(joined, _pack(joined, pieces, sizes), sizes.max_tokens)
+    return _fit(joined, _pack(joined, pieces, sizes, breaks), sizes.max_tokens)
 
 
 def _join(pages: Iterable[tuple[int, str]]) -> tuple[list[str], list[int], list[int]]:
@@ -167,9 +204,12 @@ def _join(pages: Iterable[tuple[int, str]]) -> tuple[list[str], list[int], list[
 class _Packer:
     """Greedy packing of atoms into ``(start, end)`` chunk spans."""
 
-    def __init__(self, joined: Joined, sizes: ChunkSizes) -> None:
+    def __init__(self, joined: Joined, sizes: ChunkSizes, breaks: Sequence[int] = ()) -> None:
         self.joined = joined
         self.sizes = sizes
+        # Offsets no chunk runs over (ascending), and the next of them.
+        self.breaks = breaks
+        self.next_break = 0
         self.spans: list[tuple[int, int]] = []
         self.current: list[Atom] = []
         self.start = 0
@@ -179,7 +219,11 @@ class _Packer:
 
     def add(self, atom: Atom) -> None:
         limit = self.sizes.max_tokens
-        if atom.heading and self._size() >= self.sizes.min_tokens_before_heading:
+        if self.next_break < len(self.breaks) and atom.start >= self.breaks[self.next_break]:
+            self._close()
+            while self.next_break < len(self.breaks) and atom.start >= self.breaks[self.next_break]:
+                self.next_break += 1
+        if atom.heading and self.current and self._size() >= self.sizes.min_tokens_before_heading:
             self.flush(overlap=False)
         while self.current and atom.before_end - self.before_start > limit:
             self.flush(overlap=not atom.heading)
@@ -210,6 +254,13 @@ class _Packer:
         elif overlap and self.sizes.overlap_tokens:
             lo = self.joined.back(end, self.sizes.overlap_tokens)
             self.carry = _overlap_start(self.joined.text, self.start, lo, end)
+
+    def _close(self) -> None:
+        """End the current chunk here, with nothing carried over (a section's end)."""
+        if self.current:
+            self.spans.append((self.start, self.current[-1].end))
+        self.current = []
+        self.carry = None
 
     def finish(self) -> list[tuple[int, int]]:
         if self.current:
@@ -243,8 +294,10 @@ def _skip_space(text: str, at: int, end: int) -> int:
     return at
 
 
-def _pack(joined: Joined, atoms: Iterable[Atom], sizes: ChunkSizes) -> list[tuple[int, int]]:
-    packer = _Packer(joined, sizes)
+def _pack(
+    joined: Joined, atoms: Iterable[Atom], sizes: ChunkSizes, breaks: Sequence[int] = ()
+) -> list[tuple[int, int]]:
+    packer = _Packer(joined, sizes, breaks)
     for atom in atoms:
         packer.add(atom)
     return packer.finish()

@@ -26,13 +26,16 @@ import pymupdf
 from pymupdf import mupdf
 
 from runtime.api import InvalidDocument, MissingInput, one_line, release_free_heap
-from stages.parsing.formats.pdf_text import text_at
+from stages.parsing.formats.pdf_layout import Outline, outline, page_layout
+from stages.parsing.formats.pdf_tables import may_have_tables, page_tables
+from stages.parsing.formats.pdf_text import blocks_at, text_at
 from stages.parsing.formats.png import png_of
 from stages.parsing.formats.unit import (
     DEFAULT_MAX_IMAGE_PIXELS,
     DEFAULT_MIN_IMAGE_BYTES,
     DEFAULT_MIN_IMAGE_PX,
     Image,
+    Layout,
 )
 
 __all__ = [
@@ -67,10 +70,11 @@ DECODED_IMAGES_BUDGET = 32 * 1024 * 1024
 
 
 class PageText(msgspec.Struct, frozen=True):
-    """One page's extracted text; ``page`` is 1-based."""
+    """One page's extracted text; ``page`` is 1-based; ``layout`` where asked for."""
 
     page: int
     text: str
+    layout: Layout | None = None
 
 
 Source = str | os.PathLike[str] | bytes
@@ -117,8 +121,9 @@ def _check_header(head: bytes, name: str) -> None:
 
 
 class _Document(pymupdf.Document):
-    """A PDF opened without its outline, which ragline never reads: PyMuPDF loads it on
-    open, resolving each bookmark to its page (3% of parsing's CPU on the corpus)."""
+    """A PDF opened without PyMuPDF's outline: PyMuPDF loads it on open, resolving each
+    bookmark to its page (3% of parsing's CPU on the corpus). The layout reads MuPDF's
+    own tree instead, at a fraction of that (:mod:`stages.parsing.formats.pdf_layout`)."""
 
     def _loadOutline(self) -> None:
         return None
@@ -182,14 +187,17 @@ def _msg(name: str, reason: str) -> str:
 
 class _Seen:
     """Images already handled in this document, by xref and by content hash, and the
-    bytes of pixels MuPDF decoded for them since its store was last emptied."""
+    bytes of pixels MuPDF decoded for them since its store was last emptied; the
+    document's outline where its pages' layouts are read (None: no layout)."""
 
-    __slots__ = ("decoded", "hashes", "xrefs")
+    __slots__ = ("decoded", "hashes", "layout", "outline", "xrefs")
 
-    def __init__(self) -> None:
+    def __init__(self, layout: bool = False, outline: Outline | None = None) -> None:
         self.xrefs: set[int] = set()
         self.hashes: set[str] = set()
         self.decoded = 0
+        self.layout = layout
+        self.outline = outline
 
 
 def iter_pages(
@@ -200,6 +208,7 @@ def iter_pages(
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
     trim_cache_every_pages: int = 0,
     release: bool = True,
+    layout: bool = False,
 ) -> Iterator[tuple[PageText, list[Image]]]:
     """Yield ``(text, new images)`` for each page of ``doc``, in order.
 
@@ -221,17 +230,18 @@ def iter_pages(
     process peaked at 121 MB instead of 158 MB. After the last page the store and the glyph
     cache are emptied and free heap returned to the system (``release=False``: not, for a
     caller that reads another document still open, whose cached state it keeps).
+    ``layout``: each page's :class:`Layout` too (blocks, boxes, the outline's headings).
     """
-    seen = _Seen()
+    seen = _Seen(layout, outline(doc) if layout else None)
     limits = (min_image_px, min_image_bytes, max_image_pixels)
     for number in range(doc.page_count):
-        text, images = _read_page(doc, number, seen, limits)
+        text, laid, images = _read_page(doc, number, seen, limits)
         if seen.decoded > DECODED_IMAGES_BUDGET or (
             trim_cache_every_pages and (number + 1) % trim_cache_every_pages == 0
         ):
             pymupdf.TOOLS.store_shrink(100)
             seen.decoded = 0
-        yield PageText(page=number + 1, text=text), images
+        yield PageText(page=number + 1, text=text, layout=laid), images
     if release:
         release_document_memory()
 
@@ -248,19 +258,31 @@ def release_document_memory() -> None:
 
 def _read_page(
     doc: pymupdf.Document, number: int, seen: _Seen, limits: tuple[int, int, int]
-) -> tuple[str, list[Image]]:
-    """The page's text and images; a part MuPDF cannot read is logged and left out, so
-    one broken page does not sink a long document."""
-    text, images = "", []
+) -> tuple[str, Layout | None, list[Image]]:
+    """The page's text, layout (where asked for) and images; a part MuPDF cannot read is
+    logged and left out, so one broken page does not sink a long document."""
+    text, laid, images = "", None, []
     try:
-        text = text_at(doc, number)
+        if seen.layout:
+            text, laid = _laid_out(doc, number, seen.outline)
+        else:
+            text = text_at(doc, number)
     except _MUPDF_ERRORS as exc:
         _skipped(doc, number, "text", exc)
     try:
         images = _page_images(doc, number, seen, limits)
     except _MUPDF_ERRORS as exc:
         _skipped(doc, number, "images", exc)
-    return text, images
+    return text, laid, images
+
+
+def _laid_out(doc: pymupdf.Document, number: int, found: Outline | None) -> tuple[str, Layout]:
+    blocks, textpage = blocks_at(doc, number)
+    targets = None if found is None else found.get(number, [])
+    tables = None
+    if may_have_tables(doc, number):
+        tables = page_tables(doc.load_page(number), textpage)
+    return page_layout(blocks, textpage, targets, tables)
 
 
 def _skipped(doc: pymupdf.Document, number: int, what: str, exc: BaseException) -> None:

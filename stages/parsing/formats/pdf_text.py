@@ -2,8 +2,9 @@
 separated by blank lines, with ligatures expanded ("ﬁ" → "fi", so search finds the words).
 
 Blocks give the chunker paragraphs; content-stream order is nearly every producer's reading
-order (sorting by position would interleave two columns); headings come from the text, not
-font sizes. Only characters are read, never where each sits: PyMuPDF's box correction,
+order (sorting by position would interleave two columns; a page that reads across two
+columns is put in order by :mod:`stages.parsing.formats.pdf_layout`, which also keeps the
+blocks' boxes). Only characters are read, never where each sits: PyMuPDF's box correction,
 MuPDF's text-color ICC conversion and its mediabox clip are off (``extractBLOCKS`` drops
 off-page characters itself). Costs: docs/architecture.md, "Throughput and latency".
 """
@@ -20,7 +21,7 @@ from typing import Any
 import pymupdf
 from pymupdf import mupdf
 
-__all__ = ["page_text", "text_at", "text_blocks"]
+__all__ = ["blocks_at", "page_text", "text_at", "text_blocks"]
 
 _TEXT_FLAGS = (
     pymupdf.TEXTFLAGS_TEXT & ~pymupdf.TEXT_PRESERVE_LIGATURES & ~pymupdf.TEXT_MEDIABOX_CLIP
@@ -49,18 +50,34 @@ def text_at(doc: pymupdf.Document, number: int) -> str:
     objects: 6% of the CPU of reading the text, 11% with the page's image list read the
     same way (interleaved page by page over bench.ingest's corpus; the same text on every
     page). A rotated page takes the public path, which reads it as if unrotated."""
+    return _joined(blocks_at(doc, number)[0])
+
+
+def blocks_at(doc: pymupdf.Document, number: int) -> tuple[list[tuple[Any, ...]], Any]:
+    """Page ``number``'s blocks (``extractBLOCKS``: x0, y0, x1, y1, text, number, type)
+    and MuPDF's text page they were read from (a ``mupdf.FzStextPage``, whose text blocks
+    are these blocks' text blocks in the same order)."""
     if not _LOW_LEVEL:
-        return page_text(doc.load_page(number))
+        return _public_blocks(doc.load_page(number))
     fz_page = mupdf.fz_load_page(doc.this, number)
     pdf_page = mupdf.pdf_page_from_fz_page(fz_page)
     if pdf_page.m_internal and pymupdf.JM_page_rotation(pdf_page):
-        return page_text(doc.load_page(number))
+        return _public_blocks(doc.load_page(number))
     pymupdf.TOOLS.set_icc(False)
     try:
         textpage = mupdf.FzStextPage(_EXTRA.page_get_textpage(fz_page, None, _TEXT_FLAGS, None))
     finally:
         pymupdf.TOOLS.set_icc(True)
-    return _joined(_given_back(_EXTRA.extractBLOCKS(textpage)))
+    return _given_back(_EXTRA.extractBLOCKS(textpage)), textpage
+
+
+def _public_blocks(page: Any) -> tuple[list[tuple[Any, ...]], Any]:
+    pymupdf.TOOLS.set_icc(False)
+    try:
+        textpage = page.get_textpage(flags=_TEXT_FLAGS)
+    finally:
+        pymupdf.TOOLS.set_icc(True)
+    return _given_back(textpage.extractBLOCKS()), textpage.this
 
 
 def page_text(page: Any) -> str:

@@ -10,7 +10,10 @@ __all__ = [
     "DEFAULT_MAX_IMAGE_PIXELS",
     "DEFAULT_MIN_IMAGE_BYTES",
     "DEFAULT_MIN_IMAGE_PX",
+    "Block",
+    "Heading",
     "Image",
+    "Layout",
     "Unit",
 ]
 
@@ -37,11 +40,52 @@ class Image(msgspec.Struct, frozen=True):
     height: int
 
 
+class Block(msgspec.Struct, frozen=True, array_like=True):
+    """A block of a PDF page's text: ``text[start:end]`` of the page, its box in points
+    (origin top left, as PyMuPDF gives it), and its type where that was read."""
+
+    start: int
+    end: int
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+    #: Size in points of its first character (0: not read: the document has an outline,
+    #: or the block is too long to be a heading and was not sampled).
+    size: float = 0.0
+    bold: bool = False
+    #: 0 text; 1 a table's header row, 2 another row of it (one block per row).
+    kind: int = 0
+
+
+class Heading(msgspec.Struct, frozen=True, array_like=True):
+    """An outline entry whose target is on this page: its section starts at ``start`` of
+    the page's text (the first block at or below the target's point)."""
+
+    start: int
+    level: int
+    title: str
+
+
+class Layout(msgspec.Struct, frozen=True):
+    """Where a PDF page's text sits and how it is structured (the chunker's input beside
+    the text; stored with the page)."""
+
+    width: float
+    height: float
+    blocks: list[Block]
+    #: The outline's entries on this page; None: the document has no outline (headings
+    #: are then told by type size and weight).
+    headings: list[Heading] | None = None
+
+
 class Unit(msgspec.Struct, frozen=True):
     """``page`` is 1-based (the section's number where the format has no pages);
-    ``section`` is what search shows beside it (heading path, chapter or line range)."""
+    ``section`` is what search shows beside it (heading path, chapter or line range);
+    ``layout``: a PDF page's blocks, boxes and headings."""
 
     page: int
     text: str
     section: str | None
     images: list[Image]
+    layout: Layout | None = None

@@ -47,7 +47,9 @@ def request(path: Path, media_type: str, **limits: int) -> ParseRequest:
         min_image_bytes=1024,
         max_image_pixels=40_000_000,
         trim_cache_every_pages=0,
-        **limits,
+        memory_mb=limits.get("memory_mb", 0),
+        cpu_s=limits.get("cpu_s", 0),
+        max_chars=limits.get("max_chars", 0),
     )
 
 
