@@ -26,6 +26,9 @@ prints:
 One run, no repeats: on a shared, noisy machine quote the load average printed with it.
 """
 
+# PyMuPDF's API is only partly typed.
+# mypy: disallow-untyped-calls=False
+
 from __future__ import annotations
 
 import sys
