@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import asyncpg
 import msgspec
 import pymupdf
 
@@ -317,5 +318,13 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     return Options(docs=docs)
 
 
+def run(argv: Sequence[str] | None = None) -> None:
+    opts = parse_args(argv)
+    try:
+        main(opts)
+    except (OSError, asyncpg.PostgresError) as exc:  # no server, no CREATEDB, ...
+        sys.exit(f"bench.default_path: {type(exc).__name__}: {exc}")
+
+
 if __name__ == "__main__":
-    main(parse_args())
+    run()
