@@ -278,6 +278,12 @@ def print_side_by_side(run: IngestRun, loop: LoopResult, lm: Measured) -> None:
         "(ragline's rate: inputs over the stage's window, first job start to last finish, "
         "while the other stages share the cores; the loop's: one model at a time, alone)"
     )
+    models_cpu = loop.ocr_cpu_s + loop.embed_cpu_s
+    print(
+        f"CPU: ingest's process tree {run.measured.cpu_s:.1f}s (everything, start-up "
+        f"included) vs the loop's OCR + embedding {models_cpu:.1f}s: "
+        f"{share(run.measured.cpu_s, models_cpu):.2f}x the models' own CPU"
+    )
 
 
 # -- entry point --------------------------------------------------------------------------
