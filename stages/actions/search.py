@@ -123,10 +123,22 @@ def filters_of(
         media_types=tuple(media_types),
         since=_date("since", since),
         until=_date("until", until),
-        metadata=dict(_pair(m) for m in metadata) or None,
+        metadata=_metadata_filter(metadata),
         pages=_pages(pages),
         section=section or None,
     )
+
+
+def _metadata_filter(pairs: Sequence[str]) -> dict[str, Any] | None:
+    """Every ``KEY=VALUE`` a document's metadata must hold. A key given with two values
+    wants both: its values become a list, which a document's single value never contains
+    (PostgreSQL's ``@>``), so such a filter matches no document rather than the last value."""
+    wanted: dict[str, Any] = {}
+    for key, value in map(_pair, pairs):
+        held = wanted.setdefault(key, value)
+        if held != value and not (isinstance(held, list) and value in held):
+            wanted[key] = [*(held if isinstance(held, list) else [held]), value]
+    return wanted or None
 
 
 def _document_id(text: str) -> uuid.UUID:

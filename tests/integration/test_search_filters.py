@@ -80,6 +80,12 @@ async def test_metadata_changes_cost_no_embed_call_and_filter_at_once(
         hits = await search(pool, svc, "the", 50, mode="keyword", filters=team)
         assert {h.filename for h in hits.hits} == {"tides.md"}
         assert all(h.metadata == {"team": "ocean"} for h in hits.hits)
+        # A key given twice wants both values: no document holds two (not the last one).
+        both = filters_of(metadata=["team=bakery", "team=ocean"])
+        assert (await search(pool, svc, "the", 50, mode="keyword", filters=both)).hits == []
+        again = filters_of(metadata=["team=ocean", "team=ocean"])
+        hits = await search(pool, svc, "the", 50, mode="keyword", filters=again)
+        assert {h.filename for h in hits.hits} == {"tides.md"}
         # Removing a key (None) and replacing whole.
         await set_metadata(pool, [ids["tides.md"]], {"team": None})
         assert (await search(pool, svc, "the", 50, mode="keyword", filters=team)).hits == []
