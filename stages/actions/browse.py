@@ -26,11 +26,11 @@ from runtime.api import (
 from stages.actions.documents import InvalidRequest
 from stages.db import model_switch
 from stages.db import serve as serve_db
-from stages.http_types import Counts as Counts
-from stages.http_types import DocumentDetail as DocumentDetail
-from stages.http_types import DocumentOut as DocumentOut
-from stages.http_types import DocumentPage as DocumentPage
-from stages.http_types import StageOut as StageOut
+from stages.ports.http import Counts as Counts
+from stages.ports.http import DocumentDetail as DocumentDetail
+from stages.ports.http import DocumentOut as DocumentOut
+from stages.ports.http import DocumentPage as DocumentPage
+from stages.ports.http import StageOut as StageOut
 from stages.ports.services import Services
 
 STATUSES = ("pending", "processing", "ready", "failed")

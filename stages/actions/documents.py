@@ -10,10 +10,10 @@ import msgspec
 
 from runtime.api import DocumentRepository, MissingInput, Pool, RaglineError
 from stages.db import checkpoints, sources
-from stages.http_types import Reprocessed as Reprocessed
-from stages.http_types import Reprocessing as Reprocessing
 from stages.pipeline import STAGES
 from stages.ports.assets import document_prefix
+from stages.ports.http import Reprocessed as Reprocessed
+from stages.ports.http import Reprocessing as Reprocessing
 from stages.ports.services import Services
 
 

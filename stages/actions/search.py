@@ -30,9 +30,9 @@ from stages.actions.rerank import rerank as rerank_hits
 from stages.db import search as search_db
 from stages.db.model_switch import Live, live
 from stages.db.search import AnswerRow, DocumentFilter, HitRef
-from stages.http_types import Answer as Answer
-from stages.http_types import Box as Box
 from stages.ports.collections import check_collection_name
+from stages.ports.http import Answer as Answer
+from stages.ports.http import Box as Box
 from stages.ports.services import Services
 from stages.ports.vector_index import (
     DOCUMENT_FIELD,

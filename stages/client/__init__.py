@@ -4,7 +4,7 @@
 upload (streamed, under an Idempotency-Key), wait until a document is ready (over the
 server's event stream, else polling), search with search's filters, list, retry,
 reprocess, delete, and follow document events across reconnects (``Last-Event-ID``).
-Answers are the server's own structs (:mod:`stages.http_types`); errors are one exception
+Answers are the server's own structs (:mod:`stages.ports.http`); errors are one exception
 per problem kind (:mod:`stages.client.errors`). The LangChain and LlamaIndex retrievers
 (extras ``ragline[langchain]``, ``ragline[llamaindex]``) wrap it:
 :mod:`stages.client.langchain_retriever`, :mod:`stages.client.llamaindex_retriever`.
@@ -34,7 +34,7 @@ from stages.client.errors import (
     WaitTimeout,
 )
 from stages.client.sync import Client, EventStream
-from stages.http_types import (
+from stages.ports.http import (
     Accepted,
     Answer,
     DocumentDetail,

@@ -23,7 +23,7 @@ from stages.client.errors import (
     DocumentDeleted,
     DocumentFailed,
 )
-from stages.http_types import (
+from stages.ports.http import (
     Accepted,
     Answer,
     DocumentDetail,

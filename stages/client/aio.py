@@ -29,7 +29,7 @@ from stages.client.errors import (
     StreamEnded,
     WaitTimeout,
 )
-from stages.http_types import (
+from stages.ports.http import (
     Accepted,
     Answer,
     DocumentDetail,

@@ -1,7 +1,7 @@
 """The client's exceptions: one per problem kind the API answers, and the client's own.
 
 The server answers every error as RFC 9457 problem details (``{type, title, status,
-detail}``, :class:`stages.http_types.Problem`) with one line in ``detail``; the client
+detail}``, :class:`stages.ports.http.Problem`) with one line in ``detail``; the client
 raises the class of its status with that line as the message. Each docstring doubles as
 the message when the server gave none (a proxy's bare 502, say).
 """
@@ -12,7 +12,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from stages.http_types import DocumentDetail, Problem
+    from stages.ports.http import DocumentDetail, Problem
 
 
 class ClientError(Exception):

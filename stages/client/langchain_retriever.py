@@ -22,7 +22,7 @@ from pydantic import Field, SecretStr
 from stages.client import _core
 from stages.client.aio import AsyncClient
 from stages.client.sync import Client
-from stages.http_types import Answer
+from stages.ports.http import Answer
 
 
 class RaglineRetriever(BaseRetriever):

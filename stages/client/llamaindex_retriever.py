@@ -21,7 +21,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from stages.client import _core
 from stages.client.aio import AsyncClient
 from stages.client.sync import Client
-from stages.http_types import Answer
+from stages.ports.http import Answer
 
 #: Citation keys kept out of the model's prompt and of embeddings.
 HIDDEN = ["document_id", "chunk_id", "score", "uri", "collection", "media_type", "kind"]

@@ -1,7 +1,7 @@
 """The blocking client: :class:`Client` over ``httpx.Client``.
 
 Every answer is decoded into the struct the server encoded it from
-(:mod:`stages.http_types`); every error answer raises the exception of its problem kind
+(:mod:`stages.ports.http`); every error answer raises the exception of its problem kind
 (:mod:`stages.client.errors`). 429 and 503 are asked again after ``Retry-After`` (or a
 backoff), and so is a request whose connection failed before it was sent; an upload, a
 read or a delete is also sent again when its connection broke midway (an upload carries
@@ -30,7 +30,7 @@ from stages.client.errors import (
     StreamEnded,
     WaitTimeout,
 )
-from stages.http_types import (
+from stages.ports.http import (
     Accepted,
     Answer,
     DocumentDetail,
@@ -261,7 +261,7 @@ class Client:
         self, last_event_id: int | None = None, *, reconnect_timeout_s: float | None = 120.0
     ) -> EventStream:
         """Document state changes, as they happen: an iterator of
-        :class:`~stages.http_types.DocumentEvent`. When the connection drops (the server
+        :class:`~stages.ports.http.DocumentEvent`. When the connection drops (the server
         restarts, a proxy times out) it reconnects with ``Last-Event-ID`` and goes on
         from the event after the last one it gave, so none is lost or seen twice; it
         gives up after ``reconnect_timeout_s`` of failed reconnects (None: never; 0: no

@@ -43,17 +43,17 @@ from stages.actions.browse import encode_cursor as encode_cursor
 from stages.actions.search import MODES, PAGES, Filters, ask, filters_of_words
 from stages.actions.search import NO_WORDS as NO_WORDS
 from stages.actions.search import SearchWords as SearchWords
-from stages.http_types import Accepted as Accepted
-from stages.http_types import Answer as Answer
-from stages.http_types import Counts as Counts
-from stages.http_types import DocumentDetail as DocumentDetail
-from stages.http_types import DocumentOut as DocumentOut
-from stages.http_types import DocumentPage as DocumentPage
-from stages.http_types import Reprocessing as Reprocessing
-from stages.http_types import Requeued as Requeued
-from stages.http_types import StageOut as StageOut
 from stages.pipeline import STAGES
 from stages.ports.collections import check_collection_name
+from stages.ports.http import Accepted as Accepted
+from stages.ports.http import Answer as Answer
+from stages.ports.http import Counts as Counts
+from stages.ports.http import DocumentDetail as DocumentDetail
+from stages.ports.http import DocumentOut as DocumentOut
+from stages.ports.http import DocumentPage as DocumentPage
+from stages.ports.http import Reprocessing as Reprocessing
+from stages.ports.http import Requeued as Requeued
+from stages.ports.http import StageOut as StageOut
 from stages.serve import access, uploads
 from stages.serve.auth import Caller, caller_of
 from stages.serve.context import ServeContext, document_id

@@ -14,7 +14,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 
-from stages.http_types import Problem as Problem
+from stages.ports.http import Problem as Problem
 
 log = logging.getLogger(__name__)
 

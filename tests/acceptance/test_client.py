@@ -42,7 +42,7 @@ from stages.client import (
     Unavailable,
     UnsupportedType,
 )
-from stages.http_types import DocumentDetail, DocumentEvent
+from stages.ports.http import DocumentDetail, DocumentEvent
 from tests.support.fault_proxy import FaultProxy
 from tests.support.pdfs import write_truncated_pdf
 from tests.support.pipeline_env import FAKE_DIMS, cohere_env

@@ -27,7 +27,7 @@ from stages.client.errors import (
     Unavailable,
 )
 from stages.client.sync import _body_of as sync_body_of
-from stages.http_types import Answer, Problem
+from stages.ports.http import Answer, Problem
 
 
 def feed(lines: list[str]) -> list[_core.SseMessage]:
