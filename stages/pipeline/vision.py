@@ -10,7 +10,17 @@ from __future__ import annotations
 import hashlib
 import logging
 
-from runtime.api import DbConn, Job, JobContext, PermanentError, ProviderSpec, one_line
+import anyio
+
+from runtime.api import (
+    DbConn,
+    Job,
+    JobContext,
+    PermanentError,
+    ProviderSpec,
+    first_leaf,
+    one_line,
+)
 from stages.db import checkpoints
 from stages.pipeline._provider import ProviderStage
 
@@ -37,13 +47,34 @@ class VisionStage(ProviderStage):
     async def process(self, ctx: JobContext) -> list[checkpoints.NewChunk]:
         if not self.services.vision.describes:
             return []
-        for asset in await checkpoints.assets(ctx.pool, ctx.job.document_id):
-            if asset.description is None:
-                await self._describe(ctx, asset)
+        pending = [
+            a
+            for a in await checkpoints.assets(ctx.pool, ctx.job.document_id)
+            if a.description is None
+        ]
+        await self._describe_all(ctx, pending)
         described = await checkpoints.assets(ctx.pool, ctx.job.document_id)
         chunks = [image_chunk(a) for a in described if a.description and a.description.strip()]
         ctx.note(images=len(described), chunks=len(chunks))
         return chunks
+
+    async def _describe_all(self, ctx: JobContext, pending: list[checkpoints.Asset]) -> None:
+        """Describe ``pending``, up to the model's ``parallel`` at once (a local model
+        fills the cores the other stages leave idle; each image is its own checkpoint)."""
+        limit = anyio.Semaphore(max(1, self.services.vision.parallel))
+
+        async def one(asset: checkpoints.Asset) -> None:
+            async with limit:
+                await self._describe(ctx, asset)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for asset in pending:
+                    tg.start_soon(one, asset)
+        except BaseExceptionGroup as group:
+            # The first failure, as a sequential run would raise it (the engine classifies
+            # TransientError, LeaseLost... by type); the others were cancelled by it.
+            raise first_leaf(group) from None
 
     async def _describe(self, ctx: JobContext, asset: checkpoints.Asset) -> None:
         data = await self.services.assets.get(asset.object_key)
