@@ -52,11 +52,24 @@ class VisionStage(ProviderStage):
             for a in await checkpoints.assets(ctx.pool, ctx.job.document_id)
             if a.description is None
         ]
-        await self._describe_all(ctx, pending)
+        reused = await self._reuse_descriptions(ctx) if pending else set()
+        await self._describe_all(ctx, [a for a in pending if a.sha256 not in reused])
         described = await checkpoints.assets(ctx.pool, ctx.job.document_id)
         chunks = [image_chunk(a) for a in described if a.description and a.description.strip()]
-        ctx.note(images=len(described), chunks=len(chunks))
+        ctx.note(images=len(described), reused=len(reused), chunks=len(chunks))
         return chunks
+
+    async def _reuse_descriptions(self, ctx: JobContext) -> set[str]:
+        """Images whose bytes this vision model already described, for any document, take
+        that description (a checkpoint, fenced by the lease like each image's)."""
+        reused: set[str] = set()
+        doc, model = ctx.job.document_id, self.services.vision.name
+
+        async def write(conn: DbConn) -> None:
+            reused.update(await checkpoints.reuse_descriptions(conn, doc, model))
+
+        await ctx.checkpoint(write)
+        return reused
 
     async def _describe_all(self, ctx: JobContext, pending: list[checkpoints.Asset]) -> None:
         """Describe ``pending``, up to the model's ``parallel`` at once (a local model
@@ -93,7 +106,9 @@ class VisionStage(ProviderStage):
         doc = ctx.job.document_id
 
         async def write(conn: DbConn) -> None:
-            await checkpoints.describe_asset(conn, doc, asset.sha256, text)
+            await checkpoints.describe_asset(
+                conn, doc, asset.sha256, text, self.services.vision.name
+            )
 
         await ctx.checkpoint(write)
 
