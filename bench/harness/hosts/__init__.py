@@ -16,6 +16,8 @@ One module a role: :mod:`.topology` (who runs what, the cluster), :mod:`.servers
 
 from __future__ import annotations
 
+import pwd
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -23,7 +25,24 @@ import anyio
 
 from bench.harness.hosts.documents import make_pdfs
 from bench.harness.hosts.faults import FAULTS, TARGET, FaultReport, Scenario
+from bench.harness.hosts.servers import PG_OS_USER, pg_bin
 from bench.harness.hosts.topology import WORKERS, Cluster, HostsConfig, cluster
+from bench.harness.netns import netns_problem
+
+
+def hosts_problem() -> str | None:
+    """Why the hosts cannot be built on this machine (None: they can)."""
+    if (problem := netns_problem()) is not None:
+        return problem
+    if pg_bin() is None:
+        return "no PostgreSQL binaries under /usr/lib/postgresql/*/bin"
+    if shutil.which("setpriv") is None:
+        return "no 'setpriv' (util-linux) to run PostgreSQL as its own user"
+    try:
+        pwd.getpwnam(PG_OS_USER)
+    except KeyError:
+        return f"no {PG_OS_USER!r} user to run PostgreSQL as"
+    return None
 
 
 def run_fault(
@@ -45,6 +64,7 @@ __all__ = [
     "FaultReport",
     "HostsConfig",
     "cluster",
+    "hosts_problem",
     "make_pdfs",
     "run_fault",
 ]

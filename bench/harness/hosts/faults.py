@@ -58,6 +58,10 @@ class FaultReport(msgspec.Struct, kw_only=True):
     verify_problems: int
     #: The cut-off workers still run as the same processes at the end.
     same_processes: bool
+    #: Jobs the cut-off workers cancelled themselves, their lease unconfirmable (their logs).
+    fenced: int
+    #: Workers whose SIGTERM at the end did not exit 0.
+    unclean_exits: int
 
 
 class Window(msgspec.Struct, kw_only=True):
@@ -180,9 +184,12 @@ class Scenario:
             pids_now = {p.pid for p in self.c.workers.values() if p.alive()}
         finally:
             await self.probe.close()
-            self.c.stop_workers()
+            codes = self.c.stop_workers()
         found = await inspect_at(self.c.dsn, self.c.services(), self.c.server)
-        return self._report(window, found, done - window.ended, rejoined, stuck, pids_now)
+        report = self._report(window, found, done - window.ended, rejoined, stuck, pids_now)
+        report.fenced = sum(_fenced(p.output()) for p in self.c.every if p.pid in window.cut_pids)
+        report.unclean_exits = sum(1 for code in codes.values() if code != 0)
+        return report
 
     async def _submit(self, pdfs: list[Path]) -> None:
         self.submitted = await anyio.to_thread.run_sync(self.c.submit, pdfs)
@@ -320,7 +327,17 @@ class Scenario:
             extra=found.extra(),
             verify_problems=len(found.verify.problems) + len(found.verify.store),
             same_processes=set(window.cut_pids) <= pids_now,
+            fenced=0,
+            unclean_exits=0,
         )
+
+
+#: What a worker logs as it cancels a job whose lease it could not renew.
+FENCED = "lease cannot be renewed"
+
+
+def _fenced(log: str) -> int:
+    return sum(1 for line in log.splitlines() if FENCED in line)
 
 
 def _round(value: float | None) -> float | None:
