@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -95,9 +96,10 @@ def s3_on(net: Network, host: Host, log: Path) -> Iterator[str]:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM (PostgreSQL's smart shutdown would wait for clients: SIGINT is fast)."""
+    """SIGINT (PostgreSQL's fast shutdown; SIGTERM's smart one waits for its clients),
+    then SIGKILL if it lingers."""
     if proc.poll() is None:
-        proc.send_signal(2)
+        proc.send_signal(signal.SIGINT)
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
