@@ -44,7 +44,7 @@ from bench.harness.hosts import (
 )
 from bench.report import heading, row
 
-WIDTHS = (10, 5, 9, 6, 6, 6, 8, 8, 8, 7, 5)
+WIDTHS = (10, 5, 9, 6, 7, 6, 8, 8, 8, 6, 6, 3)
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -82,7 +82,7 @@ def ok(r: FaultReport) -> bool:
 def _print(reports: list[FaultReport]) -> None:
     heading("faults")
     cells = ("fault", "cut s", "ready", "failed", "refused", "wasted", "takeover", "recover")
-    row(*cells, "rejoin", "fenced", "ok", widths=WIDTHS)
+    row(*cells, "rejoin", "held", "fenced", "ok", widths=WIDTHS)
     for r in reports:
         row(
             r.fault,
@@ -94,6 +94,7 @@ def _print(reports: list[FaultReport]) -> None:
             _s(r.takeover_s),
             _s(r.recover_s),
             _s(r.rejoin_s),
+            r.held_at_cut,
             r.fenced,
             "ok" if ok(r) else "NO",
             widths=WIDTHS,

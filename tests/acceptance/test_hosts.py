@@ -26,7 +26,7 @@ from bench.harness.hosts import (
     run_fault,
 )
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 CONFIG = HostsConfig(docs=12, lease_s=3.0, heartbeat_s=1.0)
 #: Longer than a lease: the cut worker's leases run out and others take its jobs.
@@ -57,11 +57,12 @@ def test_the_index_holds_each_chunk_once(report: FaultReport) -> None:
 
 
 def test_the_cut_worker_fenced_its_jobs_and_others_took_them_over(report: FaultReport) -> None:
+    assert report.held_at_cut >= 1
     assert report.fenced >= 1
     assert report.takeover_s is not None
-    # Each fenced embed job wastes at most the one call it had in flight (small documents:
-    # one batch each).
-    assert 0 <= report.wasted_calls <= report.fenced
+    # Each job it held wastes at most the one call it had in flight (small documents: one
+    # embed batch each); it can start no other.
+    assert 0 <= report.wasted_calls <= report.held_at_cut
 
 
 def test_no_job_is_left_running(report: FaultReport) -> None:

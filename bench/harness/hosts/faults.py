@@ -58,6 +58,8 @@ class FaultReport(msgspec.Struct, kw_only=True):
     verify_problems: int
     #: The cut-off workers still run as the same processes at the end.
     same_processes: bool
+    #: Jobs the target held when it was cut off (worker faults and db-cut).
+    held_at_cut: int
     #: Jobs the cut-off workers cancelled themselves, their lease unconfirmable (their logs).
     fenced: int
     #: Workers whose SIGTERM at the end did not exit 0.
@@ -327,6 +329,7 @@ class Scenario:
             extra=found.extra(),
             verify_problems=len(found.verify.problems) + len(found.verify.store),
             same_processes=set(window.cut_pids) <= pids_now,
+            held_at_cut=len(window.held),
             fenced=0,
             unclean_exits=0,
         )
