@@ -67,6 +67,17 @@ def netns_problem() -> str | None:
     return None
 
 
+def _free_subnet(seed: int) -> str:
+    """A /24 of 10.213.0.0/16 that no route of the root namespace uses yet (another run's
+    controller sits on its own)."""
+    routes = subprocess.run(["ip", "route"], capture_output=True, text=True, check=False).stdout
+    for step in range(250):
+        subnet = f"10.213.{(seed + step) % 250}"
+        if f"{subnet}." not in routes:
+            return subnet
+    raise NetnsError("no free /24 left in 10.213.0.0/16")
+
+
 class Network:
     """The switch, the controller's port on it, and the hosts plugged in."""
 
@@ -84,7 +95,7 @@ class Network:
     def create(cls) -> Iterator[Network]:
         """A switch with the controller on it; every namespace and link gone at exit."""
         pid = os.getpid()
-        net = cls(f"rl{pid}", f"10.213.{pid % 250}")
+        net = cls(f"rl{pid}", _free_subnet(pid))
         try:
             net._make_switch()
             yield net
