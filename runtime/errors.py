@@ -98,10 +98,6 @@ class DatabaseUnavailable(RaglineError, ConnectionError):
     """The database cannot be reached."""
 
 
-class DeadPeer(DatabaseUnavailable, TimeoutError):
-    """PostgreSQL did not answer in time: the network to it may be cut."""
-
-
 def one_line(text: str, limit: int = 500) -> str:
     """Collapse ``text`` to a single line of at most ``limit`` characters."""
     flat = " ".join(text.split())

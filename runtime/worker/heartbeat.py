@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import anyio
 
-from runtime.db.errors import CONNECTION_ERRORS
-from runtime.errors import DeadPeer
+from runtime.db.errors import CONNECTION_ERRORS, DeadPeer
 from runtime.process.tracing import event
 from runtime.worker.inflight import InFlight
 from runtime.worker.state import WorkerState
