@@ -307,7 +307,8 @@ class Scenario:
         pids_now: set[int],
     ) -> FaultReport:
         assert self.submitted is not None
-        docs = [d for d in found.docs.values() if str(d.id) in set(self.submitted.ids)]
+        ids = set(self.submitted.ids)
+        docs = [d for d in found.docs.values() if str(d.id) in ids]
         ready = [d for d in docs if d.status == "ready"]
         return FaultReport(
             fault=self.fault,
