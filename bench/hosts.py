@@ -54,7 +54,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lease-s", type=float, default=3.0)
     p.add_argument("--cut-s", type=float, default=None, help="worker faults (3 leases)")
     p.add_argument("--db-cut-s", type=float, default=30.0)
-    p.add_argument("--s3-cut-s", type=float, default=10.0)
+    p.add_argument("--s3-cut-s", type=float, default=20.0)
     p.add_argument("--json", type=Path, default=None, help="also write the reports here")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     return p.parse_args(argv)
