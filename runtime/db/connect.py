@@ -37,13 +37,18 @@ DEAD_PEER_SETTINGS = {
     "tcp_keepalives_count": str(KEEPALIVE_COUNT),
     "tcp_user_timeout": str(USER_TIMEOUT_S * 1000),
 }
-_SOCKET_OPTIONS = (
-    (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
-    (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE_S),
-    (socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL_S),
-    (socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_COUNT),
-    (socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, USER_TIMEOUT_S * 1000),
-)
+#: (level, option, value) for the client's socket; the TCP ones by name, as the platform
+#: has them (TCP_USER_TIMEOUT is Linux's).
+_SOCKET_OPTIONS = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)] + [
+    (socket.IPPROTO_TCP, getattr(socket, name), value)
+    for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE_S),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+        ("TCP_KEEPCNT", KEEPALIVE_COUNT),
+        ("TCP_USER_TIMEOUT", USER_TIMEOUT_S * 1000),
+    )
+    if hasattr(socket, name)
+]
 
 
 def connect_options(settings: Mapping[str, str] | None = None) -> dict[str, Any]:
