@@ -15,8 +15,9 @@ that were cut off heartbeat again (the same processes: none is restarted).
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -224,18 +225,17 @@ class Scenario:
         held = await self._target_busy(pid)
         started = time.monotonic()
         self.say(f"{self.fault}: {TARGET} (pid {pid}) holds jobs {held}; cutting its link")
-        self.c.cut(TARGET)
         takeover: float | None = None
-        if flap:
-            await self._flap()
-        else:
-            expiry = started + self.config.lease_s
-            done = await self.probe.until(
-                lambda: self.probe.taken_over(held, pid), self.cut_s, "the takeover"
-            )
-            takeover = max(done - expiry, 0.0)
-            await anyio.sleep(max(started + self.cut_s - time.monotonic(), 0.0))
-        self.c.restore(TARGET)
+        with self._down(TARGET):
+            if flap:
+                await self._flap()
+            else:
+                expiry = started + self.config.lease_s
+                done = await self.probe.until(
+                    lambda: self.probe.taken_over(held, pid), self.cut_s, "the takeover"
+                )
+                takeover = max(done - expiry, 0.0)
+                await anyio.sleep(max(started + self.cut_s - time.monotonic(), 0.0))
         return Window(
             started=started,
             ended=time.monotonic(),
@@ -244,6 +244,15 @@ class Scenario:
             held=held,
             takeover_s=takeover,
         )
+
+    @contextlib.contextmanager
+    def _down(self, host: str) -> Iterator[None]:
+        """``host``'s link cut for the block, and restored however the block ends."""
+        self.c.cut(host)
+        try:
+            yield
+        finally:
+            self.c.restore(host)
 
     async def _flap(self) -> None:
         """Down and up every ``flap_s`` (half a lease) until ``cut_s`` has passed; down."""
@@ -261,9 +270,8 @@ class Scenario:
         held = await self._target_busy(embedder)
         started = time.monotonic()
         self.say(f"db-cut: PostgreSQL's host cut for {self.cut_s:g} s")
-        self.c.cut("db")
-        await anyio.sleep(self.cut_s)
-        self.c.restore("db")
+        with self._down("db"):
+            await anyio.sleep(self.cut_s)
         return Window(
             started=started,
             ended=time.monotonic(),
@@ -278,9 +286,8 @@ class Scenario:
         await self.probe.until(_async(lambda: len(_puts(log)) > seen), 60, "the first upload")
         started = time.monotonic()
         self.say(f"s3-cut: the S3 host cut for {self.cut_s:g} s mid-submission")
-        self.c.cut("s3")
-        await anyio.sleep(self.cut_s)
-        self.c.restore("s3")
+        with self._down("s3"):
+            await anyio.sleep(self.cut_s)
         return Window(
             started=started,
             ended=time.monotonic(),
