@@ -25,7 +25,9 @@ prints:
   ``index``, each ``--exit-when-idle``), so a stage has the cores to itself as the loop's
   model has;
 - ragline's vision and embed throughput (inputs over the stage's window) in ingest and
-  alone, and alone as a share of the loop's (issue 38's floor: >= 0.85 each).
+  alone, and alone as a share of the loop's (issue 38's floor: >= 0.85 each);
+- where the memory goes: the imports, the embedder and an OCR engine, each measured in a
+  fresh process (``bench.harness.model_memory``).
 
 One run, no repeats: on a shared, noisy machine quote the load average printed with it.
 """
@@ -35,6 +37,8 @@ One run, no repeats: on a shared, noisy machine quote the load average printed w
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,6 +57,7 @@ from bench.harness.corpus import CORPUS_DIR, corpus_ready
 from bench.harness.db import server_dsn, throwaway_database
 from bench.harness.default_path_loop import LoopResult
 from bench.harness.default_path_rss import TreeRss
+from bench.harness.model_memory import PARTS
 from bench.ingest import (
     Measured,
     StageTime,
@@ -338,6 +343,32 @@ def print_side_by_side(run: IngestRun, alone: AloneRun, loop: LoopResult, lm: Me
     )
 
 
+def memory_parts() -> list[dict[str, Any]]:
+    """bench.harness.model_memory's parts, each in a fresh process."""
+    found = []
+    for part in PARTS:
+        cmd = [sys.executable, "-m", "bench.harness.model_memory", part]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
+        found.append(json.loads(done.stdout))
+    return found
+
+
+def print_memory(parts: Sequence[dict[str, Any]]) -> None:
+    heading("where the memory goes (a fresh process per part: bench.harness.model_memory)")
+    for p in parts:
+        figures = ", ".join(
+            f"{key.removesuffix('_mb')} +{value:.0f} MB" if key.endswith("_mb") else
+            f"{key.removesuffix('_s')} {value:.1f}s"
+            for key, value in p.items()
+            if key not in ("part", "base_mb")
+        )  # fmt: skip
+        print(f"{p['part']}: {p['base_mb']:.0f} MB after imports; {figures or '-'}")
+    print(
+        "(load: the model loaded; runs: peak over it during the runs; ocr's runs: one "
+        "detection pass at the detector's largest input, small: at 200 x 200)"
+    )
+
+
 # -- entry point --------------------------------------------------------------------------
 
 
@@ -364,6 +395,7 @@ def main(opts: Options) -> None:
             alone = alone_run(server, alone_dir, sl.files)
             loop, lm = loop_run(dsn, data_dir)
             print_side_by_side(run, alone, loop, lm)
+    print_memory(memory_parts())
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:
