@@ -4,12 +4,13 @@ A table here is a grid of ruling lines (horizontal and vertical rules, or cell
 rectangles) that touch: its rows lie between its horizontal rules, its columns between
 its vertical ones, and a cell whose rule to the left is missing is merged into the one
 left of it (its text goes there; the covered cell stays empty). Each word of the page is
-placed in the cell its middle falls in. Tables drawn without vertical rules (booktabs)
-are not found.
+placed in the cell its middle falls in. Tables drawn with horizontal rules only
+(booktabs) are read from the rules no grid holds: :mod:`stages.parsing.formats.pdf_booktabs`.
 
 Cost, decided per page and cheaply: the page's content streams are scanned for path
 operators first (counted, about 0.1 ms a page); only a page with :data:`MIN_PATH_OPS` of them has
-its drawings listed, and only a grid among them has its words read. PyMuPDF's own
+its drawings listed, and only a grid, or three rules of one width, among them has its
+words read. PyMuPDF's own
 ``Page.find_tables`` was measured at 600 to 860 ms a page on the made test tables (and at
 52 ms a page averaged over the corpus pages that pass this gate), far over the parse
 stage's budget: docs/formats.md, "PDF structure".
@@ -26,10 +27,13 @@ from typing import Any
 import msgspec
 import pymupdf
 
+from stages.parsing.formats.pdf_booktabs import booktabs
+
 __all__ = ["Found", "Table", "markdown_rows", "may_have_tables", "page_tables"]
 
-#: Path operators (``re``, ``l``) a page's content must have before its drawings are read.
-MIN_PATH_OPS = 12
+#: Path operators (``re``, ``l``) a page's content must have before its drawings are read
+#: (a booktabs table draws three rules).
+MIN_PATH_OPS = 3
 #: A page with more line segments than this is a plot or a drawing, not a table page.
 MAX_SEGMENTS = 600
 #: Rules shorter than this are ticks or bullets, not table rules (points).
@@ -89,14 +93,22 @@ def page_tables(page: pymupdf.Page, textpage: Any) -> Found | None:
     """The ruled tables on ``page`` (``textpage``: its MuPDF text page, for the words);
     None where it has none."""
     horizontal, vertical = _rules(page)
-    if len(horizontal) < 3 or len(vertical) < 3:
+    if len(horizontal) < 3:
         return None
     grids = [g for g in _grids(horizontal, vertical) if len(g[0]) >= 3 and len(g[1]) >= 3]
-    if not grids:
+    loose = _loose(horizontal, vertical)
+    if not grids and len(loose) < 3:
         return None
     words = pymupdf.extra.extractWORDS(textpage, None)
     tables = [t for g in grids if (t := _table(g, words)) is not None]
+    tables += [Table(box, rows) for box, rows in booktabs(loose, words)]
+    tables.sort(key=lambda t: t.box[1])
     return Found(tables, words) if tables else None
+
+
+def _loose(horizontal: list[_Rule], vertical: list[_Rule]) -> list[_Rule]:
+    """The horizontal rules no vertical rule touches (a booktabs table's)."""
+    return [h for h in horizontal if not any(_touch(h, v) for v in vertical)]
 
 
 def _rules(page: pymupdf.Page) -> tuple[list[_Rule], list[_Rule]]:
