@@ -5,16 +5,19 @@ Rules of one width (same left and right ends) stacked on a page are tried three 
 time, top, header and bottom: the header is at most :data:`MAX_HEADER_LINES` lines, the
 body's words leave vertical gaps of :data:`MIN_GAP` points or more across all its lines
 (the columns), and no header word crosses a gap. A body line whose first column is empty
-continues the row above (a wrapped cell). Cost: nothing runs on a page without three
-rules of one width; the rest is arithmetic on the page's words.
+continues the row above (a wrapped cell). Cost: the words are not read on a page
+without three rules of one width; each rule pair's words are found by bisection on the
+words sorted once by height, and a table's bottom rule is looked for downwards from its
+third rule, while the body still reads as columns.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["MAX_HEADER_LINES", "MIN_GAP", "Box", "Rows", "booktabs"]
+__all__ = ["MAX_HEADER_LINES", "MIN_GAP", "Box", "Rows", "booktabs", "rules_of_one_width"]
 
 #: A header of more lines than this is not a header (a framed code listing's body).
 MAX_HEADER_LINES = 2
@@ -33,14 +36,16 @@ _Rule = tuple[float, float, float]
 _Word = tuple[Any, ...]
 
 
-def booktabs(horizontal: Sequence[_Rule], words: Sequence[_Word]) -> list[tuple[Box, Rows]]:
-    """The tables among ``horizontal`` (rules not part of a ruled grid) and the page's
-    ``words`` (``extractWORDS``): each its box and its rows, the first the header."""
+def booktabs(groups: Sequence[list[_Rule]], words: Sequence[_Word]) -> list[tuple[Box, Rows]]:
+    """The tables among ``groups`` (:func:`rules_of_one_width` of the rules no ruled grid
+    holds) and the page's ``words`` (``extractWORDS``): each its box and its rows, the
+    first the header."""
+    placed = _Placed(words)
     out: list[tuple[Box, Rows]] = []
-    for group in _same_width(horizontal):
+    for group in groups:
         i = 0
         while i + 2 < len(group):
-            found = _table_from(group, i, words)
+            found = _table_from(group, i, placed)
             if found is None:
                 i += 1
                 continue
@@ -50,7 +55,7 @@ def booktabs(horizontal: Sequence[_Rule], words: Sequence[_Word]) -> list[tuple[
     return out
 
 
-def _same_width(horizontal: Sequence[_Rule]) -> list[list[_Rule]]:
+def rules_of_one_width(horizontal: Sequence[_Rule]) -> list[list[_Rule]]:
     """The rules by their ends (three or more of one width), each group top to bottom,
     rules at one height (a thick rule drawn twice) once."""
     groups: list[list[_Rule]] = []
@@ -66,31 +71,39 @@ def _same_width(horizontal: Sequence[_Rule]) -> list[list[_Rule]]:
     return [sorted(g, key=lambda r: r[1]) for g in groups if len(g) >= 3]
 
 
+class _Placed:
+    """The page's words sorted by the height of their middles, for finding those between
+    two rules by bisection."""
+
+    def __init__(self, words: Sequence[_Word]) -> None:
+        self.words = sorted(words, key=lambda w: (w[1] + w[3]) / 2)
+        self.middles = [(w[1] + w[3]) / 2 for w in self.words]
+
+    def between(self, x0: float, x1: float, y0: float, y1: float) -> list[_Word]:
+        lo = bisect.bisect_right(self.middles, y0)
+        hi = bisect.bisect_left(self.middles, y1)
+        return [w for w in self.words[lo:hi] if x0 - _SNAP <= (w[0] + w[2]) / 2 <= x1 + _SNAP]
+
+
 def _table_from(
-    group: list[_Rule], top: int, words: Sequence[_Word]
+    group: list[_Rule], top: int, placed: _Placed
 ) -> tuple[int, tuple[Box, Rows]] | None:
     """The table whose top rule is ``group[top]``: the next rule under its header, and
-    the lowest rule after that whose body reads as columns."""
+    the lowest rule after that down to which the body reads as columns."""
     x0, y_top, x1 = group[top]
     y_mid = group[top + 1][1]
-    head = _lines(_between(words, x0, x1, y_top, y_mid))
+    head = _lines(placed.between(x0, x1, y_top, y_mid))
     if not 1 <= len(head) <= MAX_HEADER_LINES:
         return None
-    for last in range(len(group) - 1, top + 1, -1):
+    found: tuple[int, tuple[Box, Rows]] | None = None
+    for last in range(top + 2, len(group)):
         y_bottom = group[last][1]
-        body = _lines(_between(words, x0, x1, y_mid, y_bottom))
+        body = _lines(placed.between(x0, x1, y_mid, y_bottom))
         rows = _rows(head, body, x0, x1) if body else None
-        if rows is not None:
-            return last, ((x0, y_top, x1, y_bottom), rows)
-    return None
-
-
-def _between(words: Sequence[_Word], x0: float, x1: float, y0: float, y1: float) -> list[_Word]:
-    return [
-        w
-        for w in words
-        if y0 < (w[1] + w[3]) / 2 < y1 and x0 - _SNAP <= (w[0] + w[2]) / 2 <= x1 + _SNAP
-    ]
+        if rows is None:
+            break
+        found = last, ((x0, y_top, x1, y_bottom), rows)
+    return found
 
 
 def _lines(words: list[_Word]) -> list[list[_Word]]:

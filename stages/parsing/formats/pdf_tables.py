@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 import pymupdf
 
-from stages.parsing.formats.pdf_booktabs import booktabs
+from stages.parsing.formats.pdf_booktabs import booktabs, rules_of_one_width
 
 __all__ = ["Found", "Table", "markdown_rows", "may_have_tables", "page_tables"]
 
@@ -95,20 +95,17 @@ def page_tables(page: pymupdf.Page, textpage: Any) -> Found | None:
     horizontal, vertical = _rules(page)
     if len(horizontal) < 3:
         return None
-    grids = [g for g in _grids(horizontal, vertical) if len(g[0]) >= 3 and len(g[1]) >= 3]
-    loose = _loose(horizontal, vertical)
-    if not grids and len(loose) < 3:
+    groups = _grids(horizontal, vertical) if vertical else [(horizontal, [])]
+    grids = [g for g in groups if len(g[0]) >= 3 and len(g[1]) >= 3]
+    # The horizontal rules no vertical one touches, by width: a booktabs table's.
+    loose = rules_of_one_width([h for g in groups if not g[1] for h in g[0]])
+    if not grids and not loose:
         return None
     words = pymupdf.extra.extractWORDS(textpage, None)
     tables = [t for g in grids if (t := _table(g, words)) is not None]
     tables += [Table(box, rows) for box, rows in booktabs(loose, words)]
     tables.sort(key=lambda t: t.box[1])
     return Found(tables, words) if tables else None
-
-
-def _loose(horizontal: list[_Rule], vertical: list[_Rule]) -> list[_Rule]:
-    """The horizontal rules no vertical rule touches (a booktabs table's)."""
-    return [h for h in horizontal if not any(_touch(h, v) for v in vertical)]
 
 
 def _rules(page: pymupdf.Page) -> tuple[list[_Rule], list[_Rule]]:
