@@ -209,20 +209,23 @@ _SECTION_PART = re.compile(r"\s+[›|]\s+")
 def section_probes(
     chunks: Sequence[ChunkText], corpus: Corpus, per_doc: int, seed: int
 ) -> list[Probe]:
-    """A word of a section's chunks that the document has elsewhere too, asked "in" the
-    section's title → the section's pages that hold it (one probe per section)."""
-    pages_of, words_on = _word_pages(corpus)
-    by_doc: dict[uuid.UUID, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+    """A word of a section's chunks that the document has on other pages too, asked "in"
+    the section's title → the section's pages that hold it (one probe per section)."""
+    pages_of = _word_pages(corpus)
+    by_doc: dict[uuid.UUID, dict[str, tuple[set[int], set[str]]]] = defaultdict(dict)
     for chunk in chunks:
         title = _leaf(chunk.section)
-        if title is not None:
-            by_doc[chunk.document][title].update(range(chunk.page_start, chunk.page_end + 1))
+        if title is None:
+            continue
+        pages, words = by_doc[chunk.document].setdefault(title, (set(), set()))
+        pages.update(range(chunk.page_start, chunk.page_end + 1))
+        words.update(_WORD.findall(chunk.text.casefold()))
     probes = []
     for document, sections in by_doc.items():
         found = []
         for title in sorted(sections):
-            words = {w for p in sections[title] for w in words_on.get((document, p), ())}
-            probe = _section_probe(document, title, sections[title], words, pages_of, seed)
+            pages, words = sections[title]
+            probe = _section_probe(document, title, pages, words, pages_of, seed)
             if probe is not None:
                 found.append(probe)
         probes += _sample(found, per_doc, seed)
@@ -238,18 +241,13 @@ def _leaf(section: str | None) -> str | None:
     return title if len(title) >= 8 and len(title.split()) >= 2 else None
 
 
-def _word_pages(
-    corpus: Corpus,
-) -> tuple[dict[tuple[uuid.UUID, str], set[int]], dict[tuple[uuid.UUID, int], set[str]]]:
-    """The pages each word of a document is on, and the words on each page."""
+def _word_pages(corpus: Corpus) -> dict[tuple[uuid.UUID, str], set[int]]:
+    """The pages each word of a document is on."""
     pages_of: dict[tuple[uuid.UUID, str], set[int]] = defaultdict(set)
-    words_on: dict[tuple[uuid.UUID, int], set[str]] = {}
     for page, folded in corpus.folded():
-        words = set(_WORD.findall(folded))
-        words_on[(page.document, page.page)] = words
-        for word in words:
+        for word in set(_WORD.findall(folded)):
             pages_of[(page.document, word)].add(page.page)
-    return pages_of, words_on
+    return pages_of
 
 
 def _section_probe(
@@ -265,9 +263,9 @@ def _section_probe(
         word
         for word in words
         if word not in folded
-        and MIN_WORD_PAGES <= len(on := pages_of[(document, word)]) <= MAX_WORD_PAGES
+        and MIN_WORD_PAGES <= len(on := pages_of.get((document, word), set())) <= MAX_WORD_PAGES
         and on - pages
-        and len(on & pages) <= MAX_SECTION_PAGES
+        and 0 < len(on & pages) <= MAX_SECTION_PAGES
     )
     if not fitting:
         return None
