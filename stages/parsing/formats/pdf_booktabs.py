@@ -14,10 +14,20 @@ third rule, while the body still reads as columns.
 from __future__ import annotations
 
 import bisect
+import itertools
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["MAX_HEADER_LINES", "MIN_GAP", "Box", "Rows", "booktabs", "rules_of_one_width"]
+__all__ = [
+    "MAX_HEADER_LINES",
+    "MIN_GAP",
+    "Box",
+    "Rows",
+    "booktabs",
+    "may_have_rules",
+    "rules_of_one_width",
+]
 
 #: A header of more lines than this is not a header (a framed code listing's body).
 MAX_HEADER_LINES = 2
@@ -26,6 +36,10 @@ MAX_HEADER_LINES = 2
 MIN_GAP = 6.0
 #: A table has at most this many columns (more: aligned numbers, not a table).
 MAX_COLUMNS = 12
+#: A header (one or two lines) puts its rules this far apart at most (points): rules of
+#: one width further apart everywhere (a page's head and foot rules) are not a table's,
+#: and the page's words are not read for them.
+MAX_HEADER_GAP = 48.0
 #: Rules this close are the same rule; ends this close make rules of one width.
 _SNAP = 1.5
 
@@ -68,7 +82,42 @@ def rules_of_one_width(horizontal: Sequence[_Rule]) -> list[list[_Rule]]:
                 break
         else:
             groups.append([rule])
-    return [sorted(g, key=lambda r: r[1]) for g in groups if len(g) >= 3]
+    ordered = [sorted(g, key=lambda r: r[1]) for g in groups if len(g) >= 3]
+    return [
+        g
+        for g in ordered
+        if any(b[1] - a[1] <= MAX_HEADER_GAP for a, b in itertools.pairwise(g[:-1]))
+    ]
+
+
+def may_have_rules(content: bytes) -> bool:
+    """Whether a page's content (its streams joined) draws three horizontal rules of one
+    length, in the coordinates they are written in: the cheap test for a page whose few
+    path operators could only be a booktabs table's (its drawings are read only then).
+    Each ``re`` and ``l`` operator's operands are read from the bytes before it."""
+    lengths: Counter[int] = Counter()
+    for op, count in ((b" re", 4), (b" l", 5)):
+        at = content.find(op)
+        while at >= 0:
+            length = _rule_length(content[max(at - 80, 0) : at].split()[-count:], op)
+            if length is not None:
+                lengths[length] += 1
+            at = content.find(op, at + 1)
+    return any(n >= 3 for n in lengths.values())
+
+
+def _rule_length(operands: list[bytes], op: bytes) -> int | None:
+    """``x y w h`` of a thin rectangle or ``x y m x y`` of a level line: its length."""
+    try:
+        if op == b" re" and len(operands) == 4:
+            w, h = float(operands[2]), float(operands[3])
+            return round(abs(w)) if abs(h) * 4 < abs(w) else None
+        if len(operands) == 5 and operands[2] == b"m" and operands[1] == operands[4]:
+            length = round(abs(float(operands[3]) - float(operands[0])))
+            return length or None
+    except ValueError:
+        return None
+    return None
 
 
 class _Placed:

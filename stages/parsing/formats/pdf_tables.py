@@ -27,13 +27,15 @@ from typing import Any
 import msgspec
 import pymupdf
 
-from stages.parsing.formats.pdf_booktabs import booktabs, rules_of_one_width
+from stages.parsing.formats.pdf_booktabs import booktabs, may_have_rules, rules_of_one_width
 
 __all__ = ["Found", "Table", "markdown_rows", "may_have_tables", "page_tables"]
 
 #: Path operators (``re``, ``l``) a page's content must have before its drawings are read
-#: (a booktabs table draws three rules).
+#: (a booktabs table draws three rules); a page with fewer than :data:`MIN_GRID_OPS` is
+#: read only where three of its rules have one length (:func:`may_have_rules`).
 MIN_PATH_OPS = 3
+MIN_GRID_OPS = 12
 #: A page with more line segments than this is a plot or a drawing, not a table page.
 MAX_SEGMENTS = 600
 #: Rules shorter than this are ticks or bullets, not table rules (points).
@@ -66,8 +68,8 @@ class Found(msgspec.Struct, frozen=True):
 
 
 def may_have_tables(doc: pymupdf.Document, number: int) -> bool:
-    """Whether page ``number``'s content draws enough lines to hold a ruled table (its
-    content streams scanned, not run)."""
+    """Whether page ``number``'s content draws enough lines to hold a ruled table, or
+    three rules of one length (its content streams scanned, not run)."""
     try:
         kind, value = doc.xref_get_key(doc.page_xref(number), "Contents")
         if kind == "xref":
@@ -77,16 +79,18 @@ def may_have_tables(doc: pymupdf.Document, number: int) -> bool:
         else:
             return False
         ops = 0
+        streams: list[bytes] = []
         for xref in xrefs:
             data = doc.xref_stream(xref) or b""
             # Counted, not parsed: " re" and " l" end a rectangle's and a line's operands
             # (a string holding them only makes the page read its drawings).
             ops += data.count(b" re") + data.count(b" l\n") + data.count(b" l ")
-            if ops >= MIN_PATH_OPS:
+            if ops >= MIN_GRID_OPS:
                 return True
+            streams.append(data)
     except (*_ERRORS, IndexError):
         return False
-    return False
+    return ops >= MIN_PATH_OPS and may_have_rules(b"\n".join(streams))
 
 
 def page_tables(page: pymupdf.Page, textpage: Any) -> Found | None:
