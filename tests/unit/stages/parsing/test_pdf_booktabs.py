@@ -10,6 +10,7 @@ from pathlib import Path
 import pymupdf
 
 from bench.harness.made_pdfs import BOOKTABS_HEADER, BOOKTABS_ROWS, MARGIN, tables_pdf
+from stages.parsing.formats.pdf_booktabs import may_have_rules
 from stages.parsing.formats.pdf_tables import may_have_tables, page_tables
 
 
@@ -61,3 +62,15 @@ def test_a_page_without_rules_is_decided_without_reading_its_drawings() -> None:
         page.insert_text((MARGIN, 100), "Only text here.", fontsize=10)
         page.draw_line((MARGIN, 120), (MARGIN + 300, 120))
         assert not may_have_tables(doc, 0)
+
+
+def test_three_level_rules_of_one_length_pass_the_gate() -> None:
+    """pdfTeX draws booktabs rules as lines after a translation (``0 0 m 345.2 0 l``);
+    others as thin rectangles. Rules of different lengths, or a box's sides, do not."""
+    rules = b"q .797 w 111.5 -75.2 m 387.5 -75.2 l S Q BT (x) Tj ET q .4 w 111.5 -93.5 m "
+    rules += b"387.5 -93.5 l S Q q 0 0 m 276 0 l S Q"
+    assert may_have_rules(rules)
+    assert may_have_rules(b"72 700 300 0.4 re f 72 680 300 .4 re f 72 600 300 0.8 re f")
+    assert not may_have_rules(b"72 700 300 0.4 re f 72 680 200 .4 re f 72 600 100 0.8 re f")
+    box = b"72 700 m 372 700 l 372 600 l 72 600 l h S 72 700 50 50 re S 0 0 m 0 9 l S"
+    assert not may_have_rules(box)
