@@ -148,6 +148,8 @@ class _Run(msgspec.Struct):
     items: list[_Item]
     paths: list[str]
     table: bool = False
+    #: A table's header printed again on the pages it continues on, by page.
+    headers: dict[int, _Item] = msgspec.field(default_factory=dict)
 
 
 def structured_chunks(
@@ -333,6 +335,8 @@ def _runs(items: list[_Item]) -> list[_Run]:
             first = item.text.split("\n")[0]
             if first != last.items[0].text.split("\n")[0]:  # not the header repeated
                 last.items.append(_Item(item.page, first, item.box, item.path, TABLE_ROW))
+            else:
+                last.headers[item.page] = item
             last.paths.extend(p for p in _paths(item) if p not in last.paths)
             continue
         if last is None or _starts_run(last, item):
@@ -566,8 +570,16 @@ def _table_chunks(run: _Run, sizes: ChunkSizes, counter: TokenCounter) -> list[S
             continue
         text = "\n".join(i.text for i in [*head, *piece])
         [tokens] = counter.counts([text])
-        # A piece of a continued table: its pages and boxes are its rows' only.
-        placed = piece if piece and head and head[0].page != piece[0].page else [*head, *piece]
+        placed = _placed(run, head, piece)
         pages = [i.page for i in placed]
         out.append(_made(text, min(pages), max(pages), tokens, label, placed, True))
     return out
+
+
+def _placed(run: _Run, head: list[_Item], piece: list[_Item]) -> list[_Item]:
+    """The items whose pages and boxes a table's piece cites: its header and rows; on a
+    page the table continues on, its rows and the header printed there, if it is."""
+    if not piece or not head or head[0].page == piece[0].page:
+        return [*head, *piece]
+    again = run.headers.get(piece[0].page)
+    return [again, *piece] if again else piece
