@@ -5,15 +5,15 @@ rectangles) that touch: its rows lie between its horizontal rules, its columns b
 its vertical ones, and a cell whose rule to the left is missing is merged into the one
 left of it (its text goes there; the covered cell stays empty). Each word of the page is
 placed in the cell its middle falls in. Tables drawn with horizontal rules only
-(booktabs) are read from the rules no grid holds: :mod:`stages.parsing.formats.pdf_booktabs`.
+(booktabs) are read from the rules no grid holds (:mod:`.pdf_booktabs`).
 
 Cost, decided per page and cheaply: the page's content streams are scanned for path
-operators first (counted, about 0.1 ms a page); only a page with :data:`MIN_PATH_OPS` of them has
-its drawings listed, and only a grid, or three rules of one width, among them has its
-words read. PyMuPDF's own
-``Page.find_tables`` was measured at 600 to 860 ms a page on the made test tables (and at
-52 ms a page averaged over the corpus pages that pass this gate), far over the parse
-stage's budget: docs/formats.md, "PDF structure".
+operators first (counted, about 0.1 ms a page); a page with :data:`MIN_GRID_OPS` of them,
+or with :data:`MIN_PATH_OPS` where three level rules have one length, has its drawings
+listed, and only a grid, or three rules of one width a header apart, among them has its
+words read. PyMuPDF's own ``Page.find_tables`` was measured at 600 to 860 ms a page on
+the made test tables (and at 52 ms a page averaged over the corpus pages that passed the
+first gate), far over the parse stage's budget: docs/formats.md, "PDF structure".
 """
 
 # mypy: disallow-untyped-calls=False
