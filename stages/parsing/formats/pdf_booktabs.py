@@ -8,7 +8,8 @@ body's words leave vertical gaps of :data:`MIN_GAP` points or more across all it
 continues the row above (a wrapped cell). Cost: the words are not read on a page
 without three rules of one width; each rule pair's words are found by bisection on the
 words sorted once by height, and a table's bottom rule is looked for downwards from its
-third rule, while the body still reads as columns.
+third rule (over the next :data:`MAX_BODY_RULES`), the lowest where the body reads as
+columns.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ MAX_HEADER_LINES = 2
 #: Columns are apart by at least this much empty space on every line (points); a space
 #: between words is a third of the type size, a column gap (LaTeX's 2 * tabcolsep) 12 pt.
 MIN_GAP = 6.0
+#: Rules of one width after a header's looked at for its table's bottom rule (midrules
+#: between a table's rows are rules of its width too).
+MAX_BODY_RULES = 16
 #: A table has at most this many columns (more: aligned numbers, not a table).
 MAX_COLUMNS = 12
 #: A header (one or two lines) puts its rules this far apart at most (points): rules of
@@ -138,21 +142,23 @@ def _table_from(
     group: list[_Rule], top: int, placed: _Placed
 ) -> tuple[int, tuple[Box, Rows]] | None:
     """The table whose top rule is ``group[top]``: the next rule under its header, and
-    the lowest rule after that down to which the body reads as columns."""
+    the lowest rule after that (of the next :data:`MAX_BODY_RULES`) down to which the
+    body reads as columns (a short body may not: a line or two leave gaps between words
+    that more lines fill)."""
     x0, y_top, x1 = group[top]
     y_mid = group[top + 1][1]
     head = _lines(placed.between(x0, x1, y_top, y_mid))
     if not 1 <= len(head) <= MAX_HEADER_LINES:
         return None
-    found: tuple[int, tuple[Box, Rows]] | None = None
-    for last in range(top + 2, len(group)):
+    ends = range(top + 2, min(len(group), top + 2 + MAX_BODY_RULES))
+    body = _lines(placed.between(x0, x1, y_mid, group[ends[-1]][1]))
+    for last in reversed(ends):  # the lowest bottom rule first
         y_bottom = group[last][1]
-        body = _lines(placed.between(x0, x1, y_mid, y_bottom))
-        rows = _rows(head, body, x0, x1) if body else None
-        if rows is None:
-            break
-        found = last, ((x0, y_top, x1, y_bottom), rows)
-    return found
+        lines = [line for line in body if (line[0][1] + line[0][3]) / 2 < y_bottom]
+        rows = _rows(head, lines, x0, x1) if lines else None
+        if rows is not None:
+            return last, ((x0, y_top, x1, y_bottom), rows)
+    return None
 
 
 def _lines(words: list[_Word]) -> list[list[_Word]]:
