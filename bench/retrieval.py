@@ -2,18 +2,20 @@
 Haystack's hybrid on the same chunks and the same vectors.
 
 ``python -m bench.retrieval [--docs 15] [--per-kind 12]`` ingests the first N manuals of
-:data:`MANUALS` with the default settings (local embedder, embedded index, OCR vision)
-into a throwaway database (``ragline_bench_<random>`` on ``DATABASE_URL``, else the local
-server) and a temporary data dir, then builds probes without a model
-(:mod:`bench.harness.retrieval_probes`: outline titles, rare identifiers, verbatim
-sentences) and adds the questions of ``bench/data/paraphrased.jsonl`` (written for known
-pages of these manuals). Every probe is searched with ``dense``, ``keyword`` and
-``hybrid`` (``stages.actions.evaluate``, as ``ragline eval`` does), and with Haystack's
-hybrid (:mod:`bench.harness.retrieval_peer`; ``pip install 'haystack-ai>=2.31'``, left out
-with one line when absent). Prints recall@5 and MRR@10 per probe kind and mode, the
-floors of issue 34, and search latency per mode (one client, query embedding included).
-``--database-url URL --data-dir DIR`` reuse a database instead (ingest skips what is in).
-Figures are printed, never asserted.
+:data:`MANUALS` and the made PDFs of :mod:`bench.harness.made_pdfs` (a manual with an
+outline, one with tables; ``--no-made`` leaves them out) with the default settings
+(local embedder, embedded index, OCR vision) into a throwaway database
+(``ragline_bench_<random>`` on ``DATABASE_URL``, else the local server) and a temporary
+data dir, then builds probes without a model (:mod:`bench.harness.retrieval_probes`:
+outline titles, rare identifiers, verbatim sentences, words asked in a section, table
+rows asked by row and column) and adds the questions of ``bench/data/paraphrased.jsonl``
+(written for known pages of these manuals). Every probe is searched with ``dense``,
+``keyword`` and ``hybrid`` (``stages.actions.evaluate``, as ``ragline eval`` does), and
+with Haystack's hybrid (:mod:`bench.harness.retrieval_peer`; ``pip install
+'haystack-ai>=2.31'``, left out with one line when absent). Prints recall@5 and MRR@10
+per probe kind and mode, the floors of issue 34, and search latency per mode (one
+client, query embedding included). ``--database-url URL --data-dir DIR`` reuse a
+database instead (ingest skips what is in). Figures are printed, never asserted.
 """
 
 # mypy: disallow-untyped-calls=False
@@ -36,6 +38,7 @@ from bench.database import bench_database, server_dsn
 from bench.harness import retrieval_peer
 from bench.harness.cli import Cli, cli_env
 from bench.harness.corpus import CORPUS_DIR, corpus_ready
+from bench.harness.made_pdfs import outline_pdf, tables_pdf
 from bench.harness.retrieval_peer import HaystackHybrid, PeerChunk, PostgresFullText
 from bench.harness.retrieval_probes import (
     ChunkText,
@@ -43,6 +46,8 @@ from bench.harness.retrieval_probes import (
     Page,
     Probe,
     identifier_probes,
+    section_probes,
+    table_probes,
     title_probes,
     verbatim_probes,
 )
@@ -93,7 +98,7 @@ MANUALS = (
 )
 PARAPHRASED = Path(__file__).parent / "data" / "paraphrased.jsonl"
 MODES: tuple[Mode, ...] = ("dense", "keyword", "hybrid")
-KINDS = ("title", "identifier", "verbatim", "paraphrased")
+KINDS = ("title", "identifier", "verbatim", "section", "table", "paraphrased")
 K = 5
 INGEST_TIMEOUT_S = 3 * 3600
 #: The floors of issue 34 this benchmark measures.
@@ -107,6 +112,7 @@ class Options(msgspec.Struct, frozen=True, kw_only=True):
     seed: int = 34
     database_url: str | None = None
     data_dir: Path | None = None
+    made: bool = True
 
 
 class Setup(msgspec.Struct, kw_only=True):
@@ -124,6 +130,7 @@ def options(argv: Sequence[str] | None) -> Options:
     parser.add_argument("--seed", type=int, default=34, help="the probes' sampling seed")
     parser.add_argument("--database-url", help="reuse this database (and --data-dir)")
     parser.add_argument("--data-dir", type=Path, help="the data dir of --database-url")
+    parser.add_argument("--no-made", action="store_true", help="leave out the made PDFs")
     args = parser.parse_args(argv)
     if (args.database_url is None) != (args.data_dir is None):
         parser.error("give --database-url and --data-dir together")
@@ -133,6 +140,7 @@ def options(argv: Sequence[str] | None) -> Options:
         seed=args.seed,
         database_url=args.database_url,
         data_dir=args.data_dir,
+        made=not args.no_made,
     )
 
 
@@ -140,6 +148,13 @@ def manuals(n: int) -> list[Path]:
     if not corpus_ready():
         raise SystemExit("corpus not fetched: run tests/corpus/fetch.sh")
     return [CORPUS_DIR / "pdfs" / name for name in MANUALS[:n]]
+
+
+def made(folder: Path) -> list[Path]:
+    """The made PDFs (sections from an outline, tables), written into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path, _ = tables_pdf(folder / "made-tables.pdf")
+    return [outline_pdf(folder / "made-outline.pdf"), path]
 
 
 def env() -> dict[str, str]:
@@ -177,7 +192,9 @@ async def load(pool: Pool, services: Services) -> Setup:
     )
     model = (await live(pool, services)).model
     chunks = [
-        PeerChunk(doc, c.ordinal, c.page_start, c.page_end, c.text, c.vector or [])
+        PeerChunk(
+            doc, c.ordinal, c.page_start, c.page_end, c.text, c.vector or [], c.section, c.is_table
+        )
         for doc in ids
         for c in await chunk_vectors(pool, doc, model)
     ]
@@ -192,13 +209,16 @@ def probes(setup: Setup, files: Sequence[Path], opts: Options) -> list[Probe]:
         with pymupdf.open(path) as pdf:
             toc = pdf.get_toc(simple=True)
         outlines[setup.documents[path.name]] = [(str(t), int(p)) for _, t, p in toc if p >= 1]
-    texts = [ChunkText(c.document_id, c.ordinal, c.page_start, c.page_end, c.text)
+    texts = [ChunkText(c.document_id, c.ordinal, c.page_start, c.page_end, c.text,
+                       c.section, c.table)
              for c in setup.chunks]  # fmt: skip
     n, seed = opts.per_kind, opts.seed
     return [
         *title_probes(outlines, corpus, n, seed),
         *identifier_probes(corpus, n, seed),
         *verbatim_probes(texts, corpus, n, seed),
+        *section_probes(texts, corpus, n, seed),
+        *table_probes(texts, corpus, n, seed),
     ]
 
 
@@ -340,10 +360,14 @@ async def run(opts: Options) -> None:
             f"haystack: not installed (pip install '{retrieval_peer.REQUIREMENT}'): no peer column"
         )
     async with place(opts) as (dsn, data_dir):
+        made_dir = tempfile.TemporaryDirectory(prefix="ragline-bench-made-")
+        if opts.made:
+            files = [*files, *made(Path(made_dir.name))]
         started = time.perf_counter()
         await anyio.to_thread.run_sync(ingest, dsn, data_dir, files)
         print(f"ingest: {time.perf_counter() - started:.0f} s", flush=True)
         await measure(dsn, data_dir, files, opts)
+        made_dir.cleanup()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -12,10 +12,12 @@ manuals (their first ``--pages`` pages each, when fetched), it prints:
    whose middle lies inside one of the chunk's boxes (floor: 0.95), over the made PDFs
    and the corpus sample.
 3. **Table cells**: cell-level precision, recall and F1 of the made tables' cells
-   against what they say, for ragline, PyMuPDF's ``find_tables`` and pdfplumber (when
-   installed: ``pip install pdfplumber``), with each one's CPU ms a table page. A row is
-   matched to the truth's row by its first cell, a cell by its column; texts compared
-   without spaces (``find_tables`` drops them).
+   against what they say, for ragline, PyMuPDF's ``find_tables``, pymupdf4llm (its
+   Markdown tables; the whole page's Markdown is timed, as a user gets it) and
+   pdfplumber (the last two when installed: ``pip install -e '.[bench]'``), with each
+   one's CPU ms a table page (each run once on the file before it is timed: imports and
+   models loaded). A row is matched to the truth's row by its first cell, a
+   cell by its column; texts compared without spaces (``find_tables`` drops them).
 
 Exits 1 when a floor is missed.
 """
@@ -172,6 +174,24 @@ def find_tables_rows(path: Path) -> Rows:
     return rows
 
 
+def pymupdf4llm_rows(path: Path) -> Rows | None:
+    """The rows of the Markdown tables pymupdf4llm writes for the file."""
+    try:
+        import pymupdf4llm  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    except ImportError:
+        return None
+    markdown = str(pymupdf4llm.to_markdown(str(path), show_progress=False))
+    rows: Rows = []
+    for line in markdown.splitlines():
+        line = line.strip()
+        if not line.startswith("|") or set(line) <= set("|-: "):
+            continue
+        cells = line.strip("|").split("|")
+        # Its bold (a header's cells) is Markdown emphasis, not the cell's text.
+        rows.append([c.replace("<br>", " ").replace("**", "").strip() for c in cells])
+    return rows
+
+
 def pdfplumber_rows(path: Path) -> Rows | None:
     try:
         import pdfplumber  # type: ignore[import-not-found, unused-ignore]
@@ -247,8 +267,10 @@ def _cells(made: Path, truth: dict[str, MadeTable]) -> None:
     for name, read in (
         ("ragline", ragline_rows),
         ("pymupdf find_tables", find_tables_rows),
+        ("pymupdf4llm", pymupdf4llm_rows),
         ("pdfplumber", pdfplumber_rows),
     ):
+        read(made)  # warm: imports, models
         rows, cpu_s = _timed(read, made)
         if rows is None:
             print(f"table cells, {name}: not installed")

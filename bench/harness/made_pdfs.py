@@ -1,7 +1,8 @@
 """PDFs with known structure, made with PyMuPDF at test time, for the structure tests and
 ``bench.structure``: an outline with sections starting mid-page, headings told only by
 type, running headers and footers, ruled tables (merged cells, one over two pages, one
-longer than a chunk) and a two-column page. Each builder returns what the PDF says, so a
+longer than a chunk, one continued overleaf without its header), a booktabs table
+(horizontal rules only) and a two-column page. Each builder returns what the PDF says, so a
 test asserts against the truth, not against a parser.
 """
 
@@ -114,6 +115,7 @@ def _draw_table(
     rows: list[list[str | None]],
     widths: list[float],
     row_height: float = 20.0,
+    header_font: str = "hebo",
 ) -> float:
     """Draw a ruled table from ``top``; a None cell merges into the one left of it (no
     rule between). Returns the y under its last row."""
@@ -131,7 +133,7 @@ def _draw_table(
             while c + span < len(row) and row[c + span] is None:
                 span += 1
             page.draw_line((x_edges[c], y), (x_edges[c], y + row_height))
-            font = "hebo" if r == 0 else "helv"
+            font = header_font if r == 0 else "helv"
             page.insert_text((x_edges[c] + 4, y + 14), cell, fontsize=9, fontname=font)
             if c + span == len(row):
                 page.draw_line((x_edges[-1], y), (x_edges[-1], y + row_height))
@@ -140,10 +142,46 @@ def _draw_table(
     return y
 
 
+def _draw_booktabs(
+    page: pymupdf.Page, top: float, header: list[str], rows: list[list[str]], widths: list[float]
+) -> float:
+    """Draw a table with three rules only (above the header, under it, under the last
+    row), its columns only aligned text. Returns the y under its bottom rule."""
+    x_edges = [MARGIN]
+    for w in widths:
+        x_edges.append(x_edges[-1] + w)
+    page.draw_line((x_edges[0], top), (x_edges[-1], top), width=1.0)
+    y = top + 4
+    for r, row in enumerate([header, *rows]):
+        font = "hebo" if r == 0 else "helv"
+        for c, cell in enumerate(row):
+            page.insert_text((x_edges[c] + 6, y + 11), cell, fontsize=9, fontname=font)
+        y += 15
+        if r == 0:
+            page.draw_line((x_edges[0], y), (x_edges[-1], y), width=0.5)
+            y += 4
+    y += 2
+    page.draw_line((x_edges[0], y), (x_edges[-1], y), width=1.0)
+    return y
+
+
+#: The booktabs table of :func:`tables_pdf`.
+BOOKTABS_HEADER = ["Option", "Type", "Default", "Effect"]
+BOOKTABS_ROWS: list[list[str]] = [
+    ["linewidth", "dimen", "0.4pt", "thickness of every frame rule"],
+    ["tabsize", "integer", "8", "columns a tab character advances"],
+    ["breaklines", "boolean", "false", "wrap lines longer than the frame"],
+    ["numberstyle", "style", "none", "type of the line numbers"],
+    ["captionpos", "letter", "t", "caption above or below the listing"],
+]
+
+
 def tables_pdf(path: Path, long_rows: int = 60) -> tuple[Path, dict[str, MadeTable]]:
-    """Three ruled tables: ``merged`` (a merged cell), ``spanning`` (over the foot of page
-    2 and the top of page 3, its header repeated there as printed tables do) and ``long``
-    (``long_rows`` rows, longer than a chunk), with prose around them."""
+    """Five tables: ``merged`` (a merged cell), ``spanning`` (over the foot of page 2 and
+    the top of page 3, its header repeated there as printed tables do), ``long``
+    (``long_rows`` rows, longer than a chunk), ``booktabs`` (page 6: horizontal rules
+    only) and ``continued`` (over the foot of page 7 and the top of page 8, its header
+    not repeated there), with prose around them."""
     doc = pymupdf.open()
     truth: dict[str, MadeTable] = {}
     page = doc.new_page(width=WIDTH, height=HEIGHT)
@@ -184,9 +222,44 @@ def tables_pdf(path: Path, long_rows: int = 60) -> tuple[Path, dict[str, MadeTab
     _draw_table(page, 72, ["Code", "Meaning"], codes[35:], [100, 350])
     assert y > 0
     truth["long"] = MadeTable(["Code", "Meaning"], codes, [4, 5])
+    _booktabs_and_continued(doc, truth)
     doc.save(path)
     doc.close()
     return path, truth
+
+
+def _booktabs_and_continued(doc: pymupdf.Document, truth: dict[str, MadeTable]) -> None:
+    page = doc.new_page(width=WIDTH, height=HEIGHT)
+    page.insert_textbox(
+        pymupdf.Rect(MARGIN, 72, WIDTH - MARGIN, 110),
+        "The listing options are set with a key and a value, as below.",
+        fontsize=10,
+    )
+    _draw_booktabs(page, 130, BOOKTABS_HEADER, BOOKTABS_ROWS, [90, 70, 70, 220])
+    truth["booktabs"] = MadeTable(BOOKTABS_HEADER, [list(r) for r in BOOKTABS_ROWS], [6])
+    page = doc.new_page(width=WIDTH, height=HEIGHT)
+    page.insert_textbox(
+        pymupdf.Rect(MARGIN, 72, WIDTH - MARGIN, 110),
+        "The mirrors of the archive are listed by region; the list goes on overleaf.",
+        fontsize=10,
+    )
+    mirrors: list[list[str | None]] = [
+        [f"mirror{i}", f"region{i % 7}", f"host{i}.example.org"] for i in range(24)
+    ]
+    columns = ["Mirror", "Region", "Host"]
+    _draw_table(page, HEIGHT - 72 - 20 * 13, columns, mirrors[:12], [120, 90, 240])
+    page = doc.new_page(width=WIDTH, height=HEIGHT)
+    _draw_headless(page, 72, mirrors[12:], [120, 90, 240])
+    truth["continued"] = MadeTable(columns, mirrors, [7, 8])
+
+
+def _draw_headless(
+    page: pymupdf.Page, top: float, rows: list[list[str | None]], widths: list[float]
+) -> float:
+    """A ruled table's rows without a header row (a table continued from the page
+    before)."""
+    first, *rest = rows
+    return _draw_table(page, top, [c or "" for c in first], rest, widths, header_font="helv")
 
 
 LEFT = [

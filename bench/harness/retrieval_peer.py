@@ -39,6 +39,8 @@ class PeerChunk(msgspec.Struct, frozen=True):
     page_end: int
     text: str
     vector: Sequence[float]
+    section: str | None = None
+    table: bool = False
 
 
 def load() -> ModuleType | None:

@@ -1,13 +1,18 @@
 """Retrieval probes built from a corpus without a model (``python -m bench.retrieval``).
 
-Three kinds, each a query and the page(s) of one document that answer it:
+Five kinds, each a query and the page(s) of one document that answer it:
 
 - **title**: a PDF outline title → the page its entry points at (titles that are not
   unique among the outlines, or that appear on more than :data:`MAX_TITLE_PAGES` pages,
   running heads, are left out; the title must be on its page);
 - **identifier**: a rare identifier (with an underscore, camelCase, or capitals with
   digits) → the one or two pages of one document that hold it;
-- **verbatim**: a sentence taken from past a chunk's start → the one page that holds it.
+- **verbatim**: a sentence taken from past a chunk's start → the one page that holds it;
+- **section**: a word and the section it is asked about ("tabsize in Listing options":
+  the word on several pages of the document, the section's title naming which) → the
+  pages of that section's chunks that hold the word;
+- **table**: a table row's value asked by its row and column ("Default of timeout", the
+  table chunks' header and first cell) → the one page that holds the row.
 
 At most ``per_doc`` of each kind per document, drawn with a fixed seed.
 """
@@ -57,6 +62,8 @@ class ChunkText(msgspec.Struct, frozen=True):
     page_start: int
     page_end: int
     text: str
+    section: str | None = None
+    table: bool = False
 
 
 def normal(text: str) -> str:
@@ -69,6 +76,10 @@ class Corpus:
     def __init__(self, pages: Iterable[Page]) -> None:
         self.pages = [Page(p.document, p.page, normal(p.text)) for p in pages]
         self._folded = [p.text.casefold() for p in self.pages]
+
+    def folded(self) -> Iterable[tuple[Page, str]]:
+        """Each page with its text case-folded."""
+        return zip(self.pages, self._folded, strict=True)
 
     def where(self, text: str) -> list[tuple[uuid.UUID, int]]:
         """The pages whose text holds ``text`` (case-folded)."""
@@ -185,6 +196,120 @@ def _sentences(text: str) -> list[tuple[int, str]]:
     bounds = [0, *(m.end() for m in _SENTENCE_END.finditer(text)), len(text)]
     spans = [(bounds[i], text[bounds[i] : bounds[i + 1]].strip()) for i in range(len(bounds) - 1)]
     return spans[1:-1]
+
+
+#: A section probe's word is on at least this many pages of its document (ambiguous
+#: alone) and at most :data:`MAX_WORD_PAGES`; on at most :data:`MAX_SECTION_PAGES` of
+#: its section's.
+MIN_WORD_PAGES, MAX_WORD_PAGES, MAX_SECTION_PAGES = 2, 12, 3
+_WORD = re.compile(r"[a-z]{6,}")
+_SECTION_PART = re.compile(r"\s+[›|]\s+")
+
+
+def section_probes(
+    chunks: Sequence[ChunkText], corpus: Corpus, per_doc: int, seed: int
+) -> list[Probe]:
+    """A word of a section's chunks that the document has on other pages too, asked "in"
+    the section's title → the section's pages that hold it (one probe per section)."""
+    pages_of = _word_pages(corpus)
+    by_doc: dict[uuid.UUID, dict[str, tuple[set[int], set[str]]]] = defaultdict(dict)
+    for chunk in chunks:
+        title = _leaf(chunk.section)
+        if title is None:
+            continue
+        pages, words = by_doc[chunk.document].setdefault(title, (set(), set()))
+        pages.update(range(chunk.page_start, chunk.page_end + 1))
+        words.update(_WORD.findall(chunk.text.casefold()))
+    probes = []
+    for document, sections in by_doc.items():
+        found = []
+        for title in sorted(sections):
+            pages, words = sections[title]
+            probe = _section_probe(document, title, pages, words, pages_of, seed)
+            if probe is not None:
+                found.append(probe)
+        probes += _sample(found, per_doc, seed)
+    return probes
+
+
+def _leaf(section: str | None) -> str | None:
+    """The section's own title (its path's last heading), numbering left out; None when
+    too short to name a place."""
+    if not section:
+        return None
+    title = _NUMBERING.sub("", _SECTION_PART.split(section)[-1]).strip()
+    return title if len(title) >= 8 and len(title.split()) >= 2 else None
+
+
+def _word_pages(corpus: Corpus) -> dict[tuple[uuid.UUID, str], set[int]]:
+    """The pages each word of a document is on."""
+    pages_of: dict[tuple[uuid.UUID, str], set[int]] = defaultdict(set)
+    for page, folded in corpus.folded():
+        for word in set(_WORD.findall(folded)):
+            pages_of[(page.document, word)].add(page.page)
+    return pages_of
+
+
+def _section_probe(
+    document: uuid.UUID,
+    title: str,
+    pages: set[int],
+    words: set[str],
+    pages_of: Mapping[tuple[uuid.UUID, str], set[int]],
+    seed: int,
+) -> Probe | None:
+    folded = title.casefold()
+    fitting = sorted(
+        word
+        for word in words
+        if word not in folded
+        and MIN_WORD_PAGES <= len(on := pages_of.get((document, word), set())) <= MAX_WORD_PAGES
+        and on - pages
+        and 0 < len(on & pages) <= MAX_SECTION_PAGES
+    )
+    if not fitting:
+        return None
+    word = random.Random(f"{seed}{title}").choice(fitting)
+    where = tuple(sorted(pages_of[(document, word)] & pages))
+    return Probe(query=f"{word} in {title}", kind="section", document=document, pages=where)
+
+
+def table_probes(
+    chunks: Sequence[ChunkText], corpus: Corpus, per_doc: int, seed: int
+) -> list[Probe]:
+    """A table chunk's row asked by its first cell and its second column's header
+    ("Default of timeout") → the one page that holds the row."""
+    by_doc: dict[uuid.UUID, list[Probe]] = defaultdict(list)
+    for chunk in chunks:
+        if chunk.table:
+            by_doc[chunk.document] += _table_rows(chunk, corpus)
+    return [p for document in by_doc for p in _sample(by_doc[document], per_doc, seed)]
+
+
+def _table_rows(chunk: ChunkText, corpus: Corpus) -> list[Probe]:
+    lines = chunk.text.split("\n")
+    if len(lines) < 3:
+        return []
+    header = _cells(lines[0])
+    out = []
+    for line in lines[2:]:
+        cells = _cells(line)
+        if len(cells) < 2 or len(header) < 2 or not header[1] or not cells[1]:
+            continue
+        key = cells[0]
+        if len(key) < 3 or not any(c.isalpha() for c in key):
+            continue
+        places = corpus.where(line)
+        if len(places) == 1 and places[0][0] == chunk.document:
+            query = f"{header[1]} of {key}"
+            out.append(
+                Probe(query=query, kind="table", document=chunk.document, pages=(places[0][1],))
+            )
+    return out
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split(" | ")]
 
 
 def _sample(probes: Sequence[Probe], n: int, seed: int) -> list[Probe]:

@@ -13,7 +13,10 @@ text). From the layouts the parser stored with each page:
   section's end: each section is cut on its own, a heading with no text of its own going
   with the section after it.
 - **Tables**: the parser's Markdown rows (the first a header row and its rule) are packed
-  between rows into chunks of at most the chunk size, each starting with the header.
+  between rows into chunks of at most the chunk size, each starting with the header. A
+  table that opens a page right after a table that closed the page before, with as many
+  columns, continues it: its first row is a row (or, where it repeats the header, left
+  out), and its pieces repeat the first page's header.
 - **Boxes**: each chunk keeps its blocks' rectangles, one per run of blocks of a column
   on a page: ``(page, x0, y0, x1, y1)``.
 """
@@ -145,6 +148,8 @@ class _Run(msgspec.Struct):
     items: list[_Item]
     paths: list[str]
     table: bool = False
+    #: A table's header printed again on the pages it continues on, by page.
+    headers: dict[int, _Item] = msgspec.field(default_factory=dict)
 
 
 def structured_chunks(
@@ -326,12 +331,36 @@ def _runs(items: list[_Item]) -> list[_Run]:
     runs: list[_Run] = []
     for item in items:
         last = runs[-1] if runs else None
+        if last is not None and _continues(last, item):
+            first = item.text.split("\n")[0]
+            if first != last.items[0].text.split("\n")[0]:  # not the header repeated
+                last.items.append(_Item(item.page, first, item.box, item.path, TABLE_ROW))
+            else:
+                last.headers[item.page] = item
+            last.paths.extend(p for p in _paths(item) if p not in last.paths)
+            continue
         if last is None or _starts_run(last, item):
             runs.append(_Run([item], _paths(item), table=item.kind != 0))
             continue
         last.items.append(item)
         last.paths.extend(p for p in _paths(item) if p not in last.paths)
     return runs
+
+
+def _continues(last: _Run, item: _Item) -> bool:
+    """Whether ``item``, a table's first row, continues the table ``last`` from the page
+    before (nothing but running headers and footers between them, as many columns)."""
+    return (
+        item.kind == TABLE_HEADER
+        and last.table
+        and last.items[0].kind == TABLE_HEADER
+        and last.items[-1].page + 1 == item.page
+        and _columns(last.items[0].text) == _columns(item.text)
+    )
+
+
+def _columns(row: str) -> int:
+    return len(row.split("\n")[0].strip().strip("|").split(" | "))
 
 
 def _starts_run(last: _Run, item: _Item) -> bool:
@@ -541,6 +570,16 @@ def _table_chunks(run: _Run, sizes: ChunkSizes, counter: TokenCounter) -> list[S
             continue
         text = "\n".join(i.text for i in [*head, *piece])
         [tokens] = counter.counts([text])
-        pages = [i.page for i in [*head, *piece]]
-        out.append(_made(text, min(pages), max(pages), tokens, label, [*head, *piece], True))
+        placed = _placed(run, head, piece)
+        pages = [i.page for i in placed]
+        out.append(_made(text, min(pages), max(pages), tokens, label, placed, True))
     return out
+
+
+def _placed(run: _Run, head: list[_Item], piece: list[_Item]) -> list[_Item]:
+    """The items whose pages and boxes a table's piece cites: its header and rows; on a
+    page the table continues on, its rows and the header printed there, if it is."""
+    if not piece or not head or head[0].page == piece[0].page:
+        return [*head, *piece]
+    again = run.headers.get(piece[0].page)
+    return [again, *piece] if again else piece

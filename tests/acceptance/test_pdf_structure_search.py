@@ -84,6 +84,20 @@ def test_a_table_piece_is_marked_and_starts_with_its_header(ingested: Ingested, 
     assert "| timeout | 30 | seconds before a request fails |" in hit["text"]
 
 
+@pytest.mark.parametrize("door", [cli_hits, api_hits])
+def test_booktabs_and_continued_tables_come_back_as_tables(ingested: Ingested, door: Any) -> None:
+    """Page 6's table has horizontal rules only; page 8 goes on with page 7's table
+    without its header row: both come back as table pieces under their own header."""
+    [booktabs] = [h for h in door(ingested, "tabsize") if "tabsize" in h["text"]]
+    assert booktabs["table"] is True and booktabs["page_start"] == 6
+    assert booktabs["text"].startswith("| Option | Type | Default | Effect |\n| --- |")
+    assert "| tabsize | integer | 8 | columns a tab character advances |" in booktabs["text"]
+    [continued] = [h for h in door(ingested, "mirror20") if "| mirror20 |" in h["text"]]
+    assert continued["table"] is True and continued["page_end"] == 8
+    assert continued["text"].startswith("| Mirror | Region | Host |\n| --- | --- | --- |\n")
+    assert "| mirror20 | region6 | host20.example.org |" in continued["text"]
+
+
 def test_the_stored_page_keeps_the_running_header(ingested: Ingested) -> None:
     rows = sql(ingested.dsn, "SELECT text FROM pages ORDER BY page")
     assert rows and all(HEADER in r[0] for r in rows if "Tides" in r[0] or "Currents" in r[0])

@@ -4,15 +4,16 @@ A table here is a grid of ruling lines (horizontal and vertical rules, or cell
 rectangles) that touch: its rows lie between its horizontal rules, its columns between
 its vertical ones, and a cell whose rule to the left is missing is merged into the one
 left of it (its text goes there; the covered cell stays empty). Each word of the page is
-placed in the cell its middle falls in. Tables drawn without vertical rules (booktabs)
-are not found.
+placed in the cell its middle falls in. Tables drawn with horizontal rules only
+(booktabs) are read from the rules no grid holds (:mod:`.pdf_booktabs`).
 
 Cost, decided per page and cheaply: the page's content streams are scanned for path
-operators first (counted, about 0.1 ms a page); only a page with :data:`MIN_PATH_OPS` of them has
-its drawings listed, and only a grid among them has its words read. PyMuPDF's own
-``Page.find_tables`` was measured at 600 to 860 ms a page on the made test tables (and at
-52 ms a page averaged over the corpus pages that pass this gate), far over the parse
-stage's budget: docs/formats.md, "PDF structure".
+operators first (counted, about 0.1 ms a page); a page with :data:`MIN_GRID_OPS` of them,
+or with :data:`MIN_PATH_OPS` where three level rules have one length, has its drawings
+listed, and only a grid, or three rules of one width a header apart, among them has its
+words read. PyMuPDF's own ``Page.find_tables`` was measured at 600 to 860 ms a page on
+the made test tables (and at 52 ms a page averaged over the corpus pages that passed the
+first gate), far over the parse stage's budget: docs/formats.md, "PDF structure".
 """
 
 # mypy: disallow-untyped-calls=False
@@ -26,10 +27,15 @@ from typing import Any
 import msgspec
 import pymupdf
 
+from stages.parsing.formats.pdf_booktabs import booktabs, may_have_rules, rules_of_one_width
+
 __all__ = ["Found", "Table", "markdown_rows", "may_have_tables", "page_tables"]
 
-#: Path operators (``re``, ``l``) a page's content must have before its drawings are read.
-MIN_PATH_OPS = 12
+#: Path operators (``re``, ``l``) a page's content must have before its drawings are read
+#: (a booktabs table draws three rules); a page with fewer than :data:`MIN_GRID_OPS` is
+#: read only where three of its rules have one length (:func:`may_have_rules`).
+MIN_PATH_OPS = 3
+MIN_GRID_OPS = 12
 #: A page with more line segments than this is a plot or a drawing, not a table page.
 MAX_SEGMENTS = 600
 #: Rules shorter than this are ticks or bullets, not table rules (points).
@@ -62,8 +68,8 @@ class Found(msgspec.Struct, frozen=True):
 
 
 def may_have_tables(doc: pymupdf.Document, number: int) -> bool:
-    """Whether page ``number``'s content draws enough lines to hold a ruled table (its
-    content streams scanned, not run)."""
+    """Whether page ``number``'s content draws enough lines to hold a ruled table, or
+    three rules of one length (its content streams scanned, not run)."""
     try:
         kind, value = doc.xref_get_key(doc.page_xref(number), "Contents")
         if kind == "xref":
@@ -73,29 +79,36 @@ def may_have_tables(doc: pymupdf.Document, number: int) -> bool:
         else:
             return False
         ops = 0
+        streams: list[bytes] = []
         for xref in xrefs:
             data = doc.xref_stream(xref) or b""
             # Counted, not parsed: " re" and " l" end a rectangle's and a line's operands
             # (a string holding them only makes the page read its drawings).
             ops += data.count(b" re") + data.count(b" l\n") + data.count(b" l ")
-            if ops >= MIN_PATH_OPS:
+            if ops >= MIN_GRID_OPS:
                 return True
+            streams.append(data)
     except (*_ERRORS, IndexError):
         return False
-    return False
+    return ops >= MIN_PATH_OPS and may_have_rules(b"\n".join(streams))
 
 
 def page_tables(page: pymupdf.Page, textpage: Any) -> Found | None:
     """The ruled tables on ``page`` (``textpage``: its MuPDF text page, for the words);
     None where it has none."""
     horizontal, vertical = _rules(page)
-    if len(horizontal) < 3 or len(vertical) < 3:
+    if len(horizontal) < 3:
         return None
-    grids = [g for g in _grids(horizontal, vertical) if len(g[0]) >= 3 and len(g[1]) >= 3]
-    if not grids:
+    groups = _grids(horizontal, vertical) if vertical else [(horizontal, [])]
+    grids = [g for g in groups if len(g[0]) >= 3 and len(g[1]) >= 3]
+    # The horizontal rules no vertical one touches, by width: a booktabs table's.
+    loose = rules_of_one_width([h for g in groups if not g[1] for h in g[0]])
+    if not grids and not loose:
         return None
     words = pymupdf.extra.extractWORDS(textpage, None)
     tables = [t for g in grids if (t := _table(g, words)) is not None]
+    tables += [Table(box, rows) for box, rows in booktabs(loose, words)]
+    tables.sort(key=lambda t: t.box[1])
     return Found(tables, words) if tables else None
 
 

@@ -167,16 +167,49 @@ def test_a_merged_cell_and_its_row_stay_together(tmp_path: Path) -> None:
     assert sum(c.text.count("seconds before a request fails") for c in chunks) == 1
 
 
-def test_a_table_over_two_pages_keeps_its_header_on_both(tmp_path: Path) -> None:
+def test_a_table_over_two_pages_is_one_table_its_header_repeated_once(tmp_path: Path) -> None:
     path, truth = tables_pdf(tmp_path / "t.pdf")
     chunks = structured_chunks(pages_of(path), ChunkConfig(max_tokens=2000))
-    first, second = chunk_with("service3 ", chunks), chunk_with("service20 ", chunks)
-    assert first.table and second.table
-    assert (first.page_start, second.page_start) == (2, 3)
-    for piece in (first, second):
-        assert piece.text.startswith("| Service | Port | Note |")
-    rows = [r for c in (first, second) for r in c.text.splitlines()[2:]]
-    assert len(rows) == len(truth["spanning"].rows)
+    table = chunk_with("service3 ", chunks)
+    assert table is chunk_with("service20 ", chunks)
+    assert table.table and (table.page_start, table.page_end) == (2, 3)
+    assert table.text.startswith("| Service | Port | Note |")
+    assert table.text.count("| Service | Port | Note |") == 1
+    assert len(table.text.splitlines()[2:]) == len(truth["spanning"].rows)
+
+
+def test_a_table_continued_without_its_header_continues_the_first(tmp_path: Path) -> None:
+    """Page 8 starts with the rows of page 7's table, no header row: its rows are rows,
+    and every piece starts with page 7's header."""
+    path, truth = tables_pdf(tmp_path / "t.pdf")
+    chunks = structured_chunks(pages_of(path), ChunkConfig(max_tokens=300, overlap_tokens=0))
+    pieces = [c for c in chunks if c.table and "| mirror" in c.text]
+    assert len(pieces) >= 3
+    for piece in pieces:
+        assert piece.text.startswith("| Mirror | Region | Host |\n| --- | --- | --- |\n")
+    rows = [line for c in pieces for line in c.text.splitlines()[2:]]
+    expected = [f"| {m} | {r} | {h} |" for m, r, h in truth["continued"].rows]
+    assert rows == expected
+    # The rows of page 8 are cited on page 8, and boxed there only.
+    last = pieces[-1]
+    assert (last.page_start, last.page_end) == (8, 8)
+    assert set(last.boxes[0::5]) == {8.0}
+
+
+def test_a_booktabs_table_is_read_as_rows(tmp_path: Path) -> None:
+    """Page 6's table has three horizontal rules and no vertical one: its columns are
+    the aligned text's."""
+    path, truth = tables_pdf(tmp_path / "t.pdf")
+    chunks = structured_chunks(pages_of(path), ChunkConfig(max_tokens=2000))
+    table = chunk_with("linewidth", chunks)
+    assert table.table and table.page_start == 6
+    lines = table.text.splitlines()
+    assert lines[:2] == ["| Option | Type | Default | Effect |", "| --- | --- | --- | --- |"]
+    assert lines[2:] == [f"| {' | '.join(c or '' for c in r)} |" for r in truth["booktabs"].rows]
+    # The cells are not in the text a second time as loose words.
+    assert sum(c.text.count("columns a tab character advances") for c in chunks) == 1
+    prose = chunk_with("listing options are set", chunks)
+    assert not prose.table and "tabsize" not in prose.text
 
 
 def test_two_columns_are_read_one_after_the_other(tmp_path: Path) -> None:
