@@ -12,3 +12,7 @@ CREATE INDEX stage_jobs_failed_newest ON stage_jobs (finished_at DESC NULLS LAST
 -- document a model migration passed: both grow with the documents).
 CREATE INDEX upload_keys_document ON upload_keys (document_id);
 CREATE INDEX model_migration_documents_document ON model_migration_documents (document_id);
+
+-- sync's planning looks up the collection's documents as large as a new file (only those
+-- files are hashed): by collection alone that read the whole collection per sync.
+CREATE INDEX documents_size ON documents (collection, byte_size);

@@ -105,6 +105,7 @@ INTERACTIVE: list[tuple[str, str, list[Any]]] = [
     ("stage_jobs", "retry_failed", ["embed", None, None]),
     ("documents", "delete_documents", [ANY_DOCS]),
     ("sources", "source_documents", [1]),
+    ("sources", "same_size_documents", ["default", [1000, 2000]]),
     ("sources", "source_unfinished", [1]),
 ]
 
