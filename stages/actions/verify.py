@@ -21,7 +21,7 @@ from runtime.api import Document, DocumentRepository, DocumentStatus, MissingInp
 from stages.actions.documents import delete_points
 from stages.db import checkpoints
 from stages.ports.services import Services
-from stages.ports.vector_index import PointRef, point_id
+from stages.ports.vector_index import PointRef, point_ids
 
 
 class Problem(msgspec.Struct, kw_only=True):
@@ -110,7 +110,7 @@ async def _scan(
 def check_points(
     doc: Document, ordinals: list[int], refs: list[PointRef], problem: Problem
 ) -> None:
-    expected = {point_id(doc.id, ordinal) for ordinal in ordinals}
+    expected = set(point_ids(doc.id, ordinals))
     found = {r.id for r in refs}
     problem.missing_points = len(expected - found)
     problem.extra_points = len(found - expected)
