@@ -4,7 +4,7 @@
 ``python -m bench.scale [--docs 1k,100k,1M] [--keep]`` fills one database per size
 (``ragline_scale_<size>`` on ``DATABASE_URL``, default the local server) by COPY
 (:mod:`bench.harness.scale_fill`: documents in mixed states, their finished and live jobs,
-20 short chunks each; the pipeline never runs), then measures, per size:
+22 short chunks each; the pipeline never runs), then measures, per size:
 
 - reads, in process (median of ``REPEAT`` after one warm-up): ``status`` (the stage table
   and its notes), ``status DOC``, ``failures`` (first page), ``collections``;
@@ -25,7 +25,7 @@ It prints a table (a row per figure, a column per size) and the floors at the la
 every read ≤ ``READ_FLOOR_MS``, claim p99 ≤ ``CLAIM_RATIO_FLOOR`` × its figure at the
 smallest size, verify's peak RSS ≤ ``VERIFY_RSS_FLOOR_MB`` and its time within
 ``VERIFY_LINEAR_FLOOR`` × linear. The databases are dropped unless ``--keep``; a kept one
-is reused by the next run. Disk: about 6 GB at 1M documents (20M chunks).
+is reused by the next run. Disk: about 6 GB at 1M documents (20.7M chunks).
 """
 
 from __future__ import annotations

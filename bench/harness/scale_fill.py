@@ -26,7 +26,8 @@ from typing import Any
 import asyncpg
 
 STAGES = ("parse", "chunk", "vision", "embed", "index")
-CHUNKS = 20
+#: 22 a document: 1M documents make 20.7M chunk rows (ready, failed at embed, processing).
+CHUNKS = 22
 BATCH = 5_000
 #: Document n was created n seconds before this instant (newest: the largest n).
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -53,10 +54,10 @@ CHUNK_COLUMNS = (
 
 RECOUNT_SQL = """
 DELETE FROM document_counts;
-INSERT INTO document_counts (collection, status, stage, n)
+INSERT INTO document_counts (collection, status, stage, source_id, n)
 SELECT collection, status, CASE WHEN status = 'failed' THEN coalesce(stage, '') ELSE '' END,
-       count(*)
-FROM documents GROUP BY 1, 2, 3;
+       coalesce(source_id, 0), count(*)
+FROM documents GROUP BY 1, 2, 3, 4;
 """
 SOURCE_SQL = """
 INSERT INTO sources (id, uri) OVERRIDING SYSTEM VALUE VALUES ($1, $2) ON CONFLICT DO NOTHING

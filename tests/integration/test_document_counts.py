@@ -13,6 +13,10 @@ COUNTED_BY_SCAN = """SELECT collection, status::text,
                             CASE WHEN status = 'failed' THEN coalesce(stage, '') ELSE '' END,
                             count(*)::int
                      FROM documents GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"""
+PER_SOURCE = """SELECT source_id, sum(n)::int FROM document_counts
+                GROUP BY 1 HAVING sum(n) <> 0 ORDER BY 1"""
+PER_SOURCE_BY_SCAN = """SELECT coalesce(source_id, 0), count(*)::int FROM documents
+                        GROUP BY 1 ORDER BY 1"""
 INSERT = """INSERT INTO documents (id, filename, media_type, byte_size, sha256, collection)
             SELECT gen_random_uuid(), 'f', 'text/plain', 1, md5(n::text || $2),
                    CASE WHEN n % 3 = 0 THEN 'team' ELSE 'default' END
@@ -22,6 +26,8 @@ INSERT = """INSERT INTO documents (id, filename, media_type, byte_size, sha256, 
 async def agree(conn: asyncpg.Connection) -> list[tuple[str, str, str, int]]:
     counted = [tuple(r) for r in await conn.fetch(COUNTED)]
     assert counted == [tuple(r) for r in await conn.fetch(COUNTED_BY_SCAN)]
+    per_source = [tuple(r) for r in await conn.fetch(PER_SOURCE)]
+    assert per_source == [tuple(r) for r in await conn.fetch(PER_SOURCE_BY_SCAN)]
     return counted
 
 
@@ -37,6 +43,11 @@ async def test_counts_follow_inserts_updates_and_deletes(dsn: str) -> None:
             "(SELECT ctid FROM documents WHERE collection = 'team' LIMIT 4)"
         )
         await conn.execute("UPDATE documents SET stage = 'embed' WHERE status = 'processing'")
+        source = await conn.fetchval("INSERT INTO sources (uri) VALUES ('/s') RETURNING id")
+        await conn.execute(
+            "UPDATE documents SET source_id = $1, source_uri = id::text WHERE collection = 'team'",
+            source,
+        )
         assert ("team", "failed", "chunk", 4) in await agree(conn)
         await conn.execute("UPDATE documents SET collection = 'other' WHERE status = 'failed'")
         await conn.execute("DELETE FROM documents WHERE collection = 'default'")
