@@ -8,6 +8,7 @@ planning, ``delete``) is planned with realistic parameters, and a ``Seq Scan`` o
 ``documents``, ``stage_jobs`` or ``chunks`` fails the test: at a million documents such a
 scan is hundreds of milliseconds (the documents list took 280 ms before
 ``documents_newest``, migration 0020; ``status`` 1.2 s before ``document_counts``, 0021).
+verify's pages are planned too: a scan there would make its walk quadratic.
 """
 
 from __future__ import annotations
@@ -107,6 +108,13 @@ INTERACTIVE: list[tuple[str, str, list[Any]]] = [
     ("sources", "source_documents", [1]),
     ("sources", "same_size_documents", ["default", [1000, 2000]]),
     ("sources", "source_unfinished", [1]),
+    # verify's walk: a page of documents after a cursor, their chunks and images (a scan
+    # here would make the walk quadratic).
+    ("documents", "documents_after", [None, CURSOR_AT, CURSOR_ID, 1000]),
+    ("documents", "documents_after", ["team", None, None, 1000]),
+    ("pipeline", "chunk_ordinals_of", [ANY_DOCS]),
+    ("pipeline", "asset_keys_of", [ANY_DOCS]),
+    ("documents", "existing_documents", [ANY_DOCS]),
 ]
 
 
