@@ -274,15 +274,17 @@ BUMP_SQL = "UPDATE documents SET stage = $2 WHERE id = $1"
 ENQUEUE_SQL = """
 INSERT INTO stage_jobs (document_id, stage, generation)
 SELECT id, $2, 1 FROM documents WHERE status = 'ready' ORDER BY created_at DESC LIMIT $1
+RETURNING id
 """
-FORGET_SQL = "DELETE FROM stage_jobs WHERE lease_owner = $1"
+FORGET_SQL = "DELETE FROM stage_jobs WHERE id = ANY($1::bigint[])"
 
 
 async def claim_spans(pool: asyncpg.Pool, count: int = CLAIMS) -> list[float]:
     """``count`` round trips as the completer makes them, in ms: complete the job held and
-    claim the next (one statement, one commit)."""
+    claim the next (one statement, one commit). The jobs are deleted afterwards, claimed
+    or not."""
     repo = JobRepository(pool)
-    await pool.execute(ENQUEUE_SQL, count + 1, CLAIM_STAGE)
+    made = [r["id"] for r in await pool.fetch(ENQUEUE_SQL, count + 1, CLAIM_STAGE)]
     claim = Claim(CLAIM_OWNER, 300.0, {CLAIM_STAGE: 1})
     held: list[Any] = []
     spans = []
@@ -293,7 +295,7 @@ async def claim_spans(pool: asyncpg.Pool, count: int = CLAIMS) -> list[float]:
             spans.append((time.perf_counter() - started) * 1000)
             held = settled.claimed
     finally:
-        await pool.execute(FORGET_SQL, CLAIM_OWNER)
+        await pool.execute(FORGET_SQL, made)
     return spans
 
 
