@@ -320,6 +320,26 @@ async def claims_side_by_side(small: str, large: str) -> tuple[float, float]:
     return percentile(spans[small], 99), percentile(spans[large], 99)
 
 
+TRIGGERS_SQL = "ALTER TABLE documents {} TRIGGER documents_counted_update"
+
+
+async def trigger_cost(dsn: str) -> tuple[list[float], list[float]]:
+    """Claim round trips with the counting trigger of completions (0021) on and off, in
+    alternating rounds on one database: what counting costs the hot path. Each completion
+    updates its document (status, stage), so the statement trigger runs on every one."""
+    spans: tuple[list[float], list[float]] = ([], [])
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
+    try:
+        for _ in range(CLAIM_ROUNDS):
+            for on, into in ((True, spans[0]), (False, spans[1])):
+                await pool.execute(TRIGGERS_SQL.format("ENABLE" if on else "DISABLE"))
+                into += await claim_spans(pool, CLAIMS // CLAIM_ROUNDS)
+    finally:
+        await pool.execute(TRIGGERS_SQL.format("ENABLE"))
+        await pool.close()
+    return spans
+
+
 # -- maintenance ----------------------------------------------------------------------------
 
 
@@ -554,6 +574,12 @@ def main(opts: Options) -> int:
         p99 = anyio.run(claims_side_by_side, dsn_of[small], dsn_of[large])
         print(f"\nclaim p99 side by side: {p99[0]:.2f} ms at {_size(small)}, ", end="")
         print(f"{p99[1]:.2f} ms at {_size(large)}")
+        on, off = anyio.run(trigger_cost, dsn_of[large])
+        print(
+            f"claim at {_size(large)}, counting trigger on / off, side by side: "
+            f"p50 {percentile(on, 50):.2f} / {percentile(off, 50):.2f} ms, "
+            f"p99 {percentile(on, 99):.2f} / {percentile(off, 99):.2f} ms"
+        )
         ok = floors(by_size, p99[1] / p99[0])
     if not opts.keep:
         for size in opts.sizes:
