@@ -324,7 +324,7 @@ TRIGGERS_SQL = "ALTER TABLE documents {} TRIGGER documents_counted_update"
 
 
 async def trigger_cost(dsn: str) -> tuple[list[float], list[float]]:
-    """Claim round trips with the counting trigger of completions (0021) on and off, in
+    """Claim round trips with the counting trigger of completions (0022) on and off, in
     alternating rounds on one database: what counting costs the hot path. Each completion
     updates its document (status, stage), so the statement trigger runs on every one."""
     spans: tuple[list[float], list[float]] = ([], [])

@@ -389,7 +389,7 @@ ALTER TABLE sources
     ADD COLUMN metadata jsonb NOT NULL DEFAULT '{}'::jsonb,
     ADD COLUMN readers text[];
 
--- 0021: documents counted per collection, status and source, so `status`, `/v1/stages`,
+-- 0022: documents counted per collection, status and source, so `status`, `/v1/stages`,
 -- the web view and `collections` read a few rows instead of counting `documents` (issue
 -- 37: at a million documents every such count was a scan of the table or of an index of
 -- it, 0.3-1.2 s; `status`'s documents per source 0.4 s).
@@ -477,7 +477,7 @@ $$;
 CREATE TRIGGER documents_truncated AFTER TRUNCATE ON documents
     FOR EACH STATEMENT EXECUTE FUNCTION ragline_forget_document_counts();
 
--- 0022: indexes so every interactive read is an index scan at a million documents
+-- 0023: indexes so every interactive read is an index scan at a million documents
 -- (issue 37; tests/integration/test_query_plans.py plans each one on 100,000).
 --
 -- `failures` lists failed jobs newest first: without this it read every failed job

@@ -12,7 +12,7 @@ as they are sent, so memory stays flat whatever the size.
 
 Triggers and foreign keys are off for the fill (``session_replication_role = replica``:
 the rows are consistent by construction, and a foreign-key check per chunk would triple
-the time); the document counts of 0021 are recounted at the end, as that migration does.
+the time); the document counts of 0022 are recounted at the end, as that migration does.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ RETURNING generation;
 DELETE FROM documents WHERE id = ANY($1::uuid[]) RETURNING id;
 
 -- name: count_documents_by_status
--- Documents per status, from the counts the triggers keep (0021), not the table.
+-- Documents per status, from the counts the triggers keep (0022), not the table.
 SELECT status::text AS status, sum(n)::bigint AS n
 FROM document_counts GROUP BY status HAVING sum(n) <> 0;
 

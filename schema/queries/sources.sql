@@ -167,7 +167,7 @@ ON CONFLICT (source_id, document_id) DO NOTHING
 RETURNING document_id;
 
 -- name: source_summaries
--- Per source: its collection, documents (the counts the triggers keep, 0021: counting a
+-- Per source: its collection, documents (the counts the triggers keep, 0022: counting a
 -- source's rows read 900k index entries at a million documents), and tombstones of
 -- deleted files (for status).
 SELECT s.uri, s.collection, s.synced_at,

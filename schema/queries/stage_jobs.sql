@@ -171,7 +171,7 @@ WITH failed AS (
     RETURNING document_id, stage, generation, state, attempts
 ), doc AS (
     UPDATE documents AS d
-    -- The failing stage is the document's stage: document_counts (0021) counts failed
+    -- The failing stage is the document's stage: document_counts (0022) counts failed
     -- documents under it, which is `status`'s failed-per-stage column.
     SET status = 'failed', stage = failed.stage, error = failed.stage || ': ' || $3,
         updated_at = coalesce($7, now())

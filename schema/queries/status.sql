@@ -16,7 +16,7 @@ WHERE state IN ('queued', 'running')
 GROUP BY stage;
 
 -- name: failed_by_stage
--- Failed documents per stage that failed them, from the counts the triggers keep (0021):
+-- Failed documents per stage that failed them, from the counts the triggers keep (0022):
 -- a job that fails fails its document at the job's stage in the same statement, so this
 -- is the number of failed current-generation jobs, without joining 100k failed rows.
 SELECT stage, sum(n)::bigint AS failed

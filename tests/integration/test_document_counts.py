@@ -1,4 +1,4 @@
-"""document_counts (0021) equals a count of documents after every kind of write."""
+"""document_counts (0022) equals a count of documents after every kind of write."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ documents pages and a document page, ``/v1/stages``, ``retry --error-kind``, syn
 planning, ``delete``) is planned with realistic parameters, and a ``Seq Scan`` on
 ``documents``, ``stage_jobs`` or ``chunks`` fails the test: at a million documents such a
 scan is hundreds of milliseconds (the documents list took 280 ms before
-``documents_newest``, migration 0020; ``status`` 1.2 s before ``document_counts``, 0021).
+``documents_newest``, migration 0020; ``status`` 1.2 s before ``document_counts``, 0022).
 verify's pages are planned too: a scan there would make its walk quadratic.
 """
 

@@ -1,4 +1,4 @@
--- 0022: indexes so every interactive read is an index scan at a million documents
+-- 0023: indexes so every interactive read is an index scan at a million documents
 -- (issue 37; tests/integration/test_query_plans.py plans each one on 100,000).
 --
 -- `failures` lists failed jobs newest first: without this it read every failed job

@@ -1,4 +1,4 @@
--- 0021: documents counted per collection, status and source, so `status`, `/v1/stages`,
+-- 0022: documents counted per collection, status and source, so `status`, `/v1/stages`,
 -- the web view and `collections` read a few rows instead of counting `documents` (issue
 -- 37: at a million documents every such count was a scan of the table or of an index of
 -- it, 0.3-1.2 s; `status`'s documents per source 0.4 s).
