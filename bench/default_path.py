@@ -20,8 +20,14 @@ prints:
   (``LocalOCR.describe_sync``) on the images ragline stored and the same embedder
   (``LocalEmbedder.embed_sync``) on the chunk texts ragline embedded, with no engine, no
   database and no index: images/s and chunks/s, the models' own speed on this machine;
-- ragline's vision and embed throughput (inputs over the stage's window) as a share of
-  the loop's (issue 38's floor: >= 0.85 each).
+- the vision and embed stages again, each alone: the slice submitted to a second
+  database, then one worker per step (``--stages parse,chunk``, ``vision``, ``embed``,
+  ``index``, each ``--exit-when-idle``), so a stage has the cores to itself as the loop's
+  model has;
+- ragline's vision and embed throughput (inputs over the stage's window) in ingest and
+  alone, and alone as a share of the loop's (issue 38's floor: >= 0.85 each);
+- where the memory goes: the imports, the embedder and an OCR engine, each measured in a
+  fresh process (``bench.harness.model_memory``).
 
 One run, no repeats: on a shared, noisy machine quote the load average printed with it.
 """
@@ -31,6 +37,8 @@ One run, no repeats: on a shared, noisy machine quote the load average printed w
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +57,7 @@ from bench.harness.corpus import CORPUS_DIR, corpus_ready
 from bench.harness.db import server_dsn, throwaway_database
 from bench.harness.default_path_loop import LoopResult
 from bench.harness.default_path_rss import TreeRss
+from bench.harness.model_memory import PARTS
 from bench.ingest import (
     Measured,
     StageTime,
@@ -183,6 +192,51 @@ def ragline_run(dsn: str, data_dir: Path, files: Sequence[Path]) -> IngestRun:
     return IngestRun(measured=measured, tree_rss_mb=tree_mb, **anyio.run(read_run, dsn))
 
 
+# -- each stage alone ---------------------------------------------------------------------
+
+
+class AloneRun(msgspec.Struct, frozen=True, kw_only=True):
+    """The vision and embed stages each run by a worker of its own over the whole slice,
+    one after the other (``--stages S --exit-when-idle``): the machine's cores are the
+    stage's alone, as the loop's are the model's."""
+
+    images: int
+    vision_window_s: float
+    chunks: int
+    embed_window_s: float
+
+
+def runtime_command(dsn: str, data_dir: Path, *args: str) -> list[str]:
+    return [
+        sys.executable, "-m", "runtime", "--database-url", dsn, "--data-dir", str(data_dir),
+        "--log-level", "warning", *args,
+    ]  # fmt: skip
+
+
+def run_step(dsn: str, data_dir: Path, name: str, *args: str) -> None:
+    log = data_dir.parent / f"alone-{name}.log"
+    child = spawn(runtime_command(dsn, data_dir, *args), log)
+    measured = wait_measured(child, time.perf_counter(), RUN_TIMEOUT_S)
+    if measured.exit_code != 0:
+        sys.exit(f"{name} exited {measured.exit_code}:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+def alone_run(server: str, data_dir: Path, files: Sequence[Path]) -> AloneRun:
+    with throwaway_database(server, "ragline_dp_alone") as dsn:
+        run_step(dsn, data_dir, "submit", "submit", *map(str, files))
+        for stages in ("parse,chunk", "vision", "embed", "index"):
+            run_step(dsn, data_dir, stages, "--stages", stages, "--exit-when-idle")
+        print(f"after the stages alone: {load_note()}", flush=True)
+        got = anyio.run(read_run, dsn)
+    times = {t.stage: t.window_s for t in got["stages"]}
+    return AloneRun(
+        images=got["images_described"],
+        vision_window_s=times.get("vision", 0.0),
+        chunks=got["chunks_embedded"],
+        embed_window_s=times.get("embed", 0.0),
+    )
+
+
 # -- the one-process loop -----------------------------------------------------------------
 
 
@@ -251,7 +305,7 @@ def print_ingest(run: IngestRun, sl: Slice) -> None:
     print_stages(run)
 
 
-def print_side_by_side(run: IngestRun, loop: LoopResult, lm: Measured) -> None:
+def print_side_by_side(run: IngestRun, alone: AloneRun, loop: LoopResult, lm: Measured) -> None:
     heading("ragline's stages vs the one-process loop (same inputs, same models)")
     print(
         f"loop: {loop.images} images ({loop.image_bytes / 1e6:.1f} MB) OCR'd in "
@@ -260,29 +314,58 @@ def print_side_by_side(run: IngestRun, loop: LoopResult, lm: Measured) -> None:
         f"(CPU {loop.embed_cpu_s:.1f}s); the loop process's peak RSS {lm.max_rss_mb:.0f} MB"
     )
     vision, embed = stage(run, "vision"), stage(run, "embed")
-    ours_img = rate(run.images_described, vision.window_s if vision else 0.0)
-    ours_chunks = rate(run.chunks_embedded, embed.window_s if embed else 0.0)
+    together_img = rate(run.images_described, vision.window_s if vision else 0.0)
+    together_chunks = rate(run.chunks_embedded, embed.window_s if embed else 0.0)
+    alone_img = rate(alone.images, alone.vision_window_s)
+    alone_chunks = rate(alone.chunks, alone.embed_window_s)
     theirs_img, theirs_chunks = rate(loop.images, loop.ocr_s), rate(loop.chunks, loop.embed_s)
-    widths = (8, 12, 11, 9, 14)
-    row("", "ragline /s", "loop /s", "share", "floor ≥ 0.85", widths=widths)
-    for name, ours, theirs in (
-        ("vision", ours_img, theirs_img),
-        ("embed", ours_chunks, theirs_chunks),
+    widths = (8, 14, 12, 11, 9, 14)
+    row("", "in ingest /s", "alone /s", "loop /s", "share", "floor ≥ 0.85", widths=widths)
+    for name, together, ours, theirs in (
+        ("vision", together_img, alone_img, theirs_img),
+        ("embed", together_chunks, alone_chunks, theirs_chunks),
     ):
         s = share(ours, theirs)
         row(
-            name, f"{ours:.2f}", f"{theirs:.2f}", f"{s:.2f}", verdict(s >= SHARE_FLOOR),
-            widths=widths,
+            name, f"{together:.2f}", f"{ours:.2f}", f"{theirs:.2f}", f"{s:.2f}",
+            verdict(s >= SHARE_FLOOR), widths=widths,
         )  # fmt: skip
     print(
-        "(ragline's rate: inputs over the stage's window, first job start to last finish, "
-        "while the other stages share the cores; the loop's: one model at a time, alone)"
+        "(in ingest: inputs over the stage's window, first job start to last finish, while "
+        "the other stages share the cores; alone: the same over a worker running only that "
+        "stage; share: alone over the loop's, one model with the machine to itself)"
     )
     models_cpu = loop.ocr_cpu_s + loop.embed_cpu_s
     print(
         f"CPU: ingest's process tree {run.measured.cpu_s:.1f}s (everything, start-up "
         f"included) vs the loop's OCR + embedding {models_cpu:.1f}s: "
         f"{share(run.measured.cpu_s, models_cpu):.2f}x the models' own CPU"
+    )
+
+
+def memory_parts() -> list[dict[str, Any]]:
+    """bench.harness.model_memory's parts, each in a fresh process."""
+    found = []
+    for part in PARTS:
+        cmd = [sys.executable, "-m", "bench.harness.model_memory", part]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
+        found.append(json.loads(done.stdout))
+    return found
+
+
+def print_memory(parts: Sequence[dict[str, Any]]) -> None:
+    heading("where the memory goes (a fresh process per part: bench.harness.model_memory)")
+    for p in parts:
+        figures = ", ".join(
+            f"{key.removesuffix('_mb')} +{value:.0f} MB" if key.endswith("_mb") else
+            f"{key.removesuffix('_s')} {value:.1f}s"
+            for key, value in p.items()
+            if key not in ("part", "base_mb")
+        )  # fmt: skip
+        print(f"{p['part']}: {p['base_mb']:.0f} MB after imports; {figures or '-'}")
+    print(
+        "(load: the model loaded; runs: peak over it during the runs; ocr's runs: one "
+        "detection pass at the detector's largest input, small: at 200 x 200)"
     )
 
 
@@ -307,8 +390,12 @@ def main(opts: Options) -> None:
             data_dir.mkdir()
             run = ragline_run(dsn, data_dir, sl.files)
             print_ingest(run, sl)
+            alone_dir = Path(tmp) / "alone"
+            alone_dir.mkdir()
+            alone = alone_run(server, alone_dir, sl.files)
             loop, lm = loop_run(dsn, data_dir)
-            print_side_by_side(run, loop, lm)
+            print_side_by_side(run, alone, loop, lm)
+    print_memory(memory_parts())
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Options:

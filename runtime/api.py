@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         StageError,
         StorageFull,
         TransientError,
+        first_leaf,
         one_line,
     )
     from runtime.jobs.documents import DocumentRepository, Submitted
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     from runtime.models import Document, DocumentStatus, Job, JobRow, NewDocument, NewJob
     from runtime.plugin import BuildContext, Plugin
     from runtime.process import metrics
+    from runtime.process.cpu import inference_limiter, inference_slots, usable_cores
     from runtime.process.heap import release_free_heap
     from runtime.process.names import escape_name
     from runtime.process.tracing import annotate, document_span, traceparent_of

@@ -98,6 +98,18 @@ class DatabaseUnavailable(RaglineError, ConnectionError):
     """The database cannot be reached."""
 
 
+def first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first real cause in a task group's failure (a KeyboardInterrupt before any
+    other), so callers classify and report it as if the work had run in sequence."""
+    leaf: BaseException = group
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = (
+            next((e for e in leaf.exceptions if isinstance(e, KeyboardInterrupt)), None)
+            or leaf.exceptions[0]
+        )
+    return leaf
+
+
 def one_line(text: str, limit: int = 500) -> str:
     """Collapse ``text`` to a single line of at most ``limit`` characters."""
     flat = " ".join(text.split())

@@ -229,6 +229,7 @@ ENGINE_SETTINGS: tuple[Setting, ...] = (
         option="concurrency",
         bad_examples=("many", "0", "-3", "99999999", "parse=0", "parse=x", "parse=2,parse=5"),
     ),
+    Setting.number("RAGLINE_INFERENCE_SLOTS", int, minimum=1, maximum=1024),
     Setting.seconds("RAGLINE_LEASE_S", option="lease_s"),
     Setting.seconds(
         "RAGLINE_HEARTBEAT_S",

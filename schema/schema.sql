@@ -130,8 +130,13 @@ CREATE TABLE assets (
     height       integer NOT NULL,
     description  text,
     described_at timestamptz,
+    -- The vision model that wrote description (0021); NULL before it, never reused.
+    described_by text,
     PRIMARY KEY (document_id, sha256)
 );
+
+-- Same bytes, same model: described once (0021).
+CREATE INDEX assets_described ON assets (sha256, described_by) WHERE description IS NOT NULL;
 
 CREATE TYPE ragline_chunk_kind AS ENUM ('text', 'image');
 

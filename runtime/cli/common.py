@@ -21,7 +21,7 @@ import msgspec
 from runtime.cli.options import WorkerOptions
 from runtime.db.connect import check_schema, database, ensure_schema
 from runtime.db.errors import CONNECTION_ERRORS
-from runtime.errors import ConfigurationError, RaglineError, one_line
+from runtime.errors import ConfigurationError, RaglineError, first_leaf, one_line
 from runtime.plugin import BuildContext, Plugin, load_plugin
 
 T = TypeVar("T")
@@ -122,7 +122,7 @@ def guarded(body: Callable[[], T]) -> T:
             return body()
         except BaseExceptionGroup as group:
             # A task group's failure: report the first real cause, not the group.
-            raise _first_leaf(group) from group
+            raise first_leaf(group) from group
     except click.ClickException:
         raise
     except KeyboardInterrupt:
@@ -131,16 +131,6 @@ def guarded(body: Callable[[], T]) -> T:
         fail(str(exc), EXIT_USAGE)
     except (RaglineError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         fail(*_database_line(exc))
-
-
-def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    leaf: BaseException = group
-    while isinstance(leaf, BaseExceptionGroup):
-        leaf = (
-            next((e for e in leaf.exceptions if isinstance(e, KeyboardInterrupt)), None)
-            or (leaf.exceptions[0])
-        )
-    return leaf
 
 
 _UNAVAILABLE = (

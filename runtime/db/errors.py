@@ -6,6 +6,8 @@ import errno
 
 import asyncpg
 
+from runtime.errors import DatabaseUnavailable
+
 #: Connection refused or reset, server restarting, backend terminated
 #: (``pg_terminate_backend``: AdminShutdownError is an OperatorInterventionError),
 #: connection closed under the pool, too many clients.
@@ -23,6 +25,10 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.DeadlockDetectedError,
     asyncpg.exceptions.SerializationError,
 )
+
+
+class DeadPeer(DatabaseUnavailable, TimeoutError):
+    """PostgreSQL did not answer in time: the network to it may be cut."""
 
 
 def is_connection_error(exc: BaseException) -> bool:

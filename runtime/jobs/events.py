@@ -27,6 +27,7 @@ from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 import schema
+from runtime.db.connect import connect
 from runtime.db.errors import CONNECTION_ERRORS
 from runtime.jobs.postgres import Pool, to_struct
 from runtime.providers.backoff import Reconnect
@@ -132,7 +133,7 @@ class EventHub:
     async def _listen_once(
         self, reconnect: Reconnect, task_status: TaskStatus[None] | None
     ) -> None:
-        conn = await asyncpg.connect(self.dsn)
+        conn = await connect(self.dsn)
         try:
             closed = anyio.Event()
             conn.add_termination_listener(lambda _c: closed.set())

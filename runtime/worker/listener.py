@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 
 import anyio
-import asyncpg
 
+from runtime.db.connect import connect
 from runtime.db.errors import CONNECTION_ERRORS
 from runtime.providers.backoff import Reconnect
 from runtime.worker.state import WorkerState
@@ -36,7 +36,7 @@ class Listener:
             await anyio.sleep(reconnect.next_s())
 
     async def once(self, reconnect: Reconnect) -> None:
-        conn = await asyncpg.connect(self.dsn)
+        conn = await connect(self.dsn)
         try:
             closed = anyio.Event()
             conn.add_termination_listener(lambda _c: closed.set())

@@ -19,7 +19,7 @@ import anyio.abc
 import asyncpg
 from opentelemetry.trace import Tracer
 
-from runtime.db.connect import prime_codecs
+from runtime.db.connect import connect_options, init_connection
 from runtime.db.errors import CONNECTION_ERRORS
 from runtime.jobs.clock import Clock
 from runtime.jobs.postgres import JobRepository, Pool
@@ -162,8 +162,8 @@ class Worker:
             min_size=0,
             max_size=size,
             reset=_keep_session,
-            init=prime_codecs,
-            server_settings={**WORKER_SESSION, **(settings or {})},
+            init=init_connection,
+            **connect_options({**WORKER_SESSION, **(settings or {})}),
         )
         try:
             yield pool

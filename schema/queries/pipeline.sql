@@ -44,9 +44,24 @@ FROM assets WHERE document_id = $1 ORDER BY page, sha256;
 
 -- name: describe_asset
 -- Per-image checkpoint of the vision stage.
--- $1 document id, $2 sha256, $3 description
-UPDATE assets SET description = $3, described_at = now()
+-- $1 document id, $2 sha256, $3 description, $4 the vision model that wrote it
+UPDATE assets SET description = $3, described_at = now(), described_by = $4
 WHERE document_id = $1 AND sha256 = $2;
+
+-- name: reuse_descriptions
+-- The vision stage's shortcut: descriptions of the same bytes by the same model, from any
+-- document, copied onto this document's undescribed images. Returns the images copied.
+-- $1 document id, $2 the vision model
+UPDATE assets AS mine SET description = theirs.description, described_at = now(),
+       described_by = $2
+FROM (SELECT DISTINCT ON (a.sha256) a.sha256, a.description
+      FROM assets a
+      WHERE a.sha256 IN (SELECT sha256 FROM assets
+                         WHERE document_id = $1 AND description IS NULL)
+        AND a.described_by = $2 AND a.description IS NOT NULL
+      ORDER BY a.sha256, a.described_at DESC) AS theirs
+WHERE mine.document_id = $1 AND mine.sha256 = theirs.sha256 AND mine.description IS NULL
+RETURNING mine.sha256;
 
 -- name: delete_chunks
 -- Forget all of a document's chunks (a new chunk run replaces text and image chunks;

@@ -191,8 +191,16 @@ async def assets(db: Reader, document_id: uuid.UUID) -> list[Asset]:
     return [to_struct(Asset, r) for r in rows]
 
 
-async def describe_asset(conn: Conn, document_id: uuid.UUID, sha256: str, text: str) -> None:
-    await conn.execute(Q["describe_asset"], document_id, sha256, text)
+async def describe_asset(
+    conn: Conn, document_id: uuid.UUID, sha256: str, text: str, model: str
+) -> None:
+    await conn.execute(Q["describe_asset"], document_id, sha256, text, model)
+
+
+async def reuse_descriptions(conn: Conn, document_id: uuid.UUID, model: str) -> set[str]:
+    """Copy ``model``'s descriptions of the same bytes, made for any document, onto this
+    document's undescribed images; the sha256s copied."""
+    return {r["sha256"] for r in await conn.fetch(Q["reuse_descriptions"], document_id, model)}
 
 
 async def replace_text_chunks(

@@ -10,7 +10,17 @@ from __future__ import annotations
 import hashlib
 import logging
 
-from runtime.api import DbConn, Job, JobContext, PermanentError, ProviderSpec, one_line
+import anyio
+
+from runtime.api import (
+    DbConn,
+    Job,
+    JobContext,
+    PermanentError,
+    ProviderSpec,
+    first_leaf,
+    one_line,
+)
 from stages.db import checkpoints
 from stages.pipeline._provider import ProviderStage
 
@@ -37,13 +47,47 @@ class VisionStage(ProviderStage):
     async def process(self, ctx: JobContext) -> list[checkpoints.NewChunk]:
         if not self.services.vision.describes:
             return []
-        for asset in await checkpoints.assets(ctx.pool, ctx.job.document_id):
-            if asset.description is None:
-                await self._describe(ctx, asset)
+        pending = [
+            a
+            for a in await checkpoints.assets(ctx.pool, ctx.job.document_id)
+            if a.description is None
+        ]
+        reused = await self._reuse_descriptions(ctx) if pending else set()
+        await self._describe_all(ctx, [a for a in pending if a.sha256 not in reused])
         described = await checkpoints.assets(ctx.pool, ctx.job.document_id)
         chunks = [image_chunk(a) for a in described if a.description and a.description.strip()]
-        ctx.note(images=len(described), chunks=len(chunks))
+        ctx.note(images=len(described), reused=len(reused), chunks=len(chunks))
         return chunks
+
+    async def _reuse_descriptions(self, ctx: JobContext) -> set[str]:
+        """Images whose bytes this vision model already described, for any document, take
+        that description (a checkpoint, fenced by the lease like each image's)."""
+        reused: set[str] = set()
+        doc, model = ctx.job.document_id, self.services.vision.name
+
+        async def write(conn: DbConn) -> None:
+            reused.update(await checkpoints.reuse_descriptions(conn, doc, model))
+
+        await ctx.checkpoint(write)
+        return reused
+
+    async def _describe_all(self, ctx: JobContext, pending: list[checkpoints.Asset]) -> None:
+        """Describe ``pending``, up to the model's ``parallel`` at once (a local model
+        fills the cores the other stages leave idle; each image is its own checkpoint)."""
+        limit = anyio.Semaphore(max(1, self.services.vision.parallel))
+
+        async def one(asset: checkpoints.Asset) -> None:
+            async with limit:
+                await self._describe(ctx, asset)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for asset in pending:
+                    tg.start_soon(one, asset)
+        except BaseExceptionGroup as group:
+            # The first failure, as a sequential run would raise it (the engine classifies
+            # TransientError, LeaseLost... by type); the others were cancelled by it.
+            raise first_leaf(group) from None
 
     async def _describe(self, ctx: JobContext, asset: checkpoints.Asset) -> None:
         data = await self.services.assets.get(asset.object_key)
@@ -62,7 +106,9 @@ class VisionStage(ProviderStage):
         doc = ctx.job.document_id
 
         async def write(conn: DbConn) -> None:
-            await checkpoints.describe_asset(conn, doc, asset.sha256, text)
+            await checkpoints.describe_asset(
+                conn, doc, asset.sha256, text, self.services.vision.name
+            )
 
         await ctx.checkpoint(write)
 

@@ -32,6 +32,12 @@ class VisionModel(Protocol):
         images through without reading them."""
         ...
 
+    @property
+    def parallel(self) -> int:
+        """How many images one vision job may have described at once: a local model's
+        share of the process's cores, 1 for a hosted one (its budget paces calls)."""
+        ...
+
     async def describe(self, image: bytes, media_type: str) -> str:
         """Text for ``image`` ("" when there is nothing to say).
 

@@ -28,7 +28,11 @@ from tests.support.parity import parity_problems, port_members
 #: every adapter of it.
 PORTS: list[tuple[type, set[str], tuple[type, ...]]] = [
     (Embedder, {"embed", "dimensions", "metered"}, (CohereEmbedder, LocalEmbedder)),
-    (VisionModel, {"describe", "metered", "describes"}, (CohereVision, LocalOCR, NoVision)),
+    (
+        VisionModel,
+        {"describe", "metered", "describes", "parallel"},
+        (CohereVision, LocalOCR, NoVision),
+    ),
     (Scanner, {"uri", "list", "chunks", "path_of"}, (FolderScanner, BucketScanner)),
 ]
 CASES = [

@@ -27,6 +27,7 @@ from bench.harness.chaos.driver import Chaos, Docs
 from bench.harness.chaos.findings import (
     Findings,
     inspect,
+    inspect_at,
     run_index_worker,
     verify_now,
     zombie_writes,
@@ -40,6 +41,7 @@ __all__ = [
     "Findings",
     "chaos_env",
     "inspect",
+    "inspect_at",
     "nul_text_pdfs",
     "run_index_worker",
     "small_pdfs",

@@ -101,10 +101,14 @@ FROM stage_jobs ORDER BY id
 
 async def inspect(chaos: Chaos) -> Findings:
     """Everything the checks need, read after the workers stopped."""
-    services = chaos.services()
+    return await inspect_at(chaos.dsn, chaos.services(), chaos.server)
+
+
+async def inspect_at(dsn: str, services: Services, server: CountingCohere) -> Findings:
+    """:func:`inspect` of any run: its database, its services (closed here), its server."""
     try:
-        async with asyncpg.create_pool(chaos.dsn, min_size=1, max_size=2) as pool:
-            return await _inspect(pool, services, chaos.server)
+        async with asyncpg.create_pool(dsn, min_size=1, max_size=2) as pool:
+            return await _inspect(pool, services, server)
     finally:
         await services.aclose()
 

@@ -45,6 +45,7 @@ class CohereVision(CohereAdapter):
         self.config = config
 
     metered = True
+    parallel = 1
     describes = True
 
     @property

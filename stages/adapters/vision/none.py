@@ -8,6 +8,7 @@ class NoVision:
     """:class:`VisionModel` that describes nothing (``RAGLINE_VISION=none``)."""
 
     metered = False
+    parallel = 1
     describes = False
 
     @property

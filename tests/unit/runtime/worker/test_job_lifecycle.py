@@ -364,6 +364,32 @@ async def test_an_unreachable_database_cancels_jobs_whose_lease_may_have_run_out
         store.down = False
 
 
+class CutOffStore(MemoryStore):
+    """A store behind a cut link: statements are sent and never answered."""
+
+    cut = False
+
+    async def register_worker(self, *args: Any, **kw: Any) -> set[str]:
+        if self.cut:
+            await anyio.sleep_forever()
+        return await super().register_worker(*args, **kw)
+
+
+async def test_a_heartbeat_the_database_never_answers_gives_up_and_fences_the_jobs() -> None:
+    async with rig(jobs=1) as r:
+        store = CutOffStore(r.clock)
+        store.jobs = r.store.jobs
+        r.worker.state.attach(store, None, None)
+        r.worker.heartbeat.budget_s = 0.05
+        await r.gate.until("running", lambda: r.gate.running == 1)
+        store.cut = True
+        r.clock.advance(LEASE_S - r.worker.config.heartbeat_every_s)
+        await r.worker.heartbeat_once()  # returns after its budget: no answer is an answer
+        await r.gate.until("cancelled", lambda: r.gate.cancelled == 1)
+        assert store.expired_connections == 1
+        store.cut = False
+
+
 async def test_stop_releases_jobs_in_flight_after_the_grace_period() -> None:
     async with rig(jobs=3) as r:
         await r.gate.until("two running", lambda: r.gate.running == 2)

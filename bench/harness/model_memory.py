@@ -1,0 +1,115 @@
+"""Where the default path's memory goes: one fresh process per part, its resident size
+read from ``/proc/self/status`` before and after (issue 38, item 4).
+
+``python -m bench.harness.model_memory PART`` prints one JSON object; bench.default_path
+runs every part and prints the table. Parts:
+
+- ``imports``: the interpreter with the pipeline, PyMuPDF, onnxruntime, tokenizers and
+  qdrant-edge imported, nothing loaded (every part starts from there: ``base_mb``);
+- ``embedder``: the local embedder's session loaded, then runs of 4 texts of 256 tokens
+  (the longest a chunk is) on one thread, as ingest runs them;
+- ``embedder-unfolded``: the same with onnxruntime's constant folding off (the model ships
+  int8 weights with a Cast and a Mul each; folding makes float32 copies at load);
+- ``ocr``: a RapidOCR engine loaded, then one detection pass over a 960 x 960 page (the
+  detector's largest input: ``LocalOCRConfig.det_max_side``) and a 200 x 200 one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+PARTS = ("imports", "embedder", "embedder-unfolded", "ocr")
+
+
+def _status_mb(key: str) -> float:
+    text = open("/proc/self/status").read()  # noqa: SIM115 - read whole, closed by GC
+    return int(text.split(f"{key}:")[1].split()[0]) / 1024
+
+
+def _rss() -> float:
+    return _status_mb("VmRSS")
+
+
+def _hwm() -> float:
+    return _status_mb("VmHWM")
+
+
+def _embedder(fold: bool) -> dict[str, float]:
+    import numpy as np
+    import onnxruntime
+
+    from stages.adapters.embedder.local import _default_model_path
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.enable_mem_pattern = False
+    before = _rss()
+    session = onnxruntime.InferenceSession(
+        _default_model_path(),
+        sess_options=options,
+        providers=["CPUExecutionProvider"],
+        disabled_optimizers=[] if fold else ["ConstantFolding"],
+    )
+    loaded = _rss()
+    rng = np.random.default_rng(0)
+    cpu = time.process_time()
+    for _ in range(20):
+        ids = rng.integers(1000, 20000, (4, 256)).astype(np.int64)
+        feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+        session.run(["last_hidden_state"], {**feeds, "token_type_ids": np.zeros_like(ids)})
+    return {
+        "load_mb": loaded - before,
+        "runs_mb": _hwm() - loaded,
+        "cpu_s": time.process_time() - cpu,
+    }
+
+
+def _ocr() -> dict[str, float]:
+    from PIL import Image
+
+    from stages.adapters.vision.ocr import LocalOCR
+
+    ocr = LocalOCR()
+    before = _rss()
+    with ocr._engine() as engine:
+        loaded = _rss()
+        engine(Image.new("RGB", (200, 200), "white"))
+        small = _hwm()
+        engine(Image.new("RGB", (960, 960), "white"))
+        return {"load_mb": loaded - before, "small_mb": small - loaded, "runs_mb": _hwm() - loaded}
+
+
+def measure(part: str) -> dict[str, Any]:
+    # What a worker running every stage has imported before it loads a model.
+    import onnxruntime  # noqa: F401
+    import pymupdf  # noqa: F401
+    import qdrant_edge  # noqa: F401
+    import tokenizers  # noqa: F401
+
+    import stages.app  # noqa: F401
+
+    parts: dict[str, Callable[[], dict[str, float]]] = {
+        "imports": lambda: {},
+        "embedder": lambda: _embedder(fold=True),
+        "embedder-unfolded": lambda: _embedder(fold=False),
+        "ocr": _ocr,
+    }
+    base = _rss()
+    return {"part": part, "base_mb": base, **parts[part]()}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or argv[0] not in PARTS:
+        print(f"usage: python -m bench.harness.model_memory {{{','.join(PARTS)}}}")
+        return 2
+    print(json.dumps(measure(argv[0])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
