@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 
 import asyncpg
 import msgspec
@@ -115,6 +116,22 @@ class DocumentRepository:
     async def all_ids(self, collection: str | None = None) -> list[uuid.UUID]:
         """Every document's id, or those of one collection."""
         return [r["id"] for r in await self.pool.fetch(D["all_document_ids"], collection)]
+
+    async def page_after(
+        self,
+        collection: str | None,
+        after: tuple[datetime, uuid.UUID] | None,
+        limit: int,
+    ) -> list[Document]:
+        """Up to ``limit`` documents oldest first after ``after`` (the (created_at, id) of
+        the last one seen; None: from the first), of one collection or all."""
+        at, last = after if after is not None else (None, None)
+        rows = await self.pool.fetch(D["documents_after"], collection, at, last, limit)
+        return [_document(r) for r in rows]
+
+    async def existing(self, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """Which of ``ids`` are documents."""
+        return {r["id"] for r in await self.pool.fetch(D["existing_documents"], list(ids))}
 
     async def list(self, status: str | None = None, limit: int = 100) -> list[Document]:
         return [_document(r) for r in await self.pool.fetch(D["list_documents"], status, limit)]

@@ -56,8 +56,9 @@ RETURNING generation;
 DELETE FROM documents WHERE id = ANY($1::uuid[]) RETURNING id;
 
 -- name: count_documents_by_status
--- Documents per status.
-SELECT status::text AS status, count(*) AS n FROM documents GROUP BY status;
+-- Documents per status, from the counts the triggers keep (0022), not the table.
+SELECT status::text AS status, sum(n)::bigint AS n
+FROM document_counts GROUP BY status HAVING sum(n) <> 0;
 
 -- name: count_finished
 -- How many of these documents are ready or failed.
@@ -68,6 +69,24 @@ SELECT count(*) FROM documents WHERE id = ANY($1::uuid[]) AND status IN ('ready'
 -- Every document (of one collection, or of all when $1 is NULL), oldest first.
 -- $1 collection
 SELECT id FROM documents WHERE $1::text IS NULL OR collection = $1 ORDER BY created_at, id;
+
+-- name: documents_after
+-- The next page of documents oldest first, after a cursor (the last row of the page
+-- before): verify's walk, a page in memory at a time. Of one collection, or all.
+-- $1 collection (NULL: all), $2 cursor created_at (NULL: from the first), $3 cursor id,
+-- $4 limit
+SELECT id, filename, media_type, byte_size, sha256, asset_key, status::text AS status, stage,
+       error, generation, created_at, updated_at, collection
+FROM documents
+WHERE ($1::text IS NULL OR collection = $1)
+  AND ($2::timestamptz IS NULL OR (created_at, id) > ($2, $3::uuid))
+ORDER BY created_at, id
+LIMIT $4;
+
+-- name: existing_documents
+-- Which of these documents exist (verify's check of points no page of documents named).
+-- $1 ids
+SELECT id FROM documents WHERE id = ANY($1::uuid[]);
 
 -- name: list_documents
 -- Documents, newest first, optionally of one status.

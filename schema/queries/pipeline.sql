@@ -99,6 +99,16 @@ FROM chunks WHERE document_id = $1 AND kind = 'text';
 SELECT ordinal, kind::text AS kind, text, page_start, page_end, sha256, generation
 FROM chunks WHERE document_id = $1 ORDER BY ordinal;
 
+-- name: chunk_ordinals_of
+-- The chunk ordinals of a page of documents (verify: the points each one should have).
+-- $1 document ids
+SELECT document_id, ordinal FROM chunks WHERE document_id = ANY($1::uuid[]);
+
+-- name: asset_keys_of
+-- The stored images of a page of documents (verify: each must exist in the store).
+-- $1 document ids
+SELECT document_id, object_key FROM assets WHERE document_id = ANY($1::uuid[]);
+
 -- name: document_texts_to_embed
 -- The embed stage's one read: a document's chunks in order, each with its text only where
 -- this model has no vector for it yet (a cache hit ships its sha256 alone).

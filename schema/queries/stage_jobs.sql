@@ -171,7 +171,10 @@ WITH failed AS (
     RETURNING document_id, stage, generation, state, attempts
 ), doc AS (
     UPDATE documents AS d
-    SET status = 'failed', error = failed.stage || ': ' || $3, updated_at = coalesce($7, now())
+    -- The failing stage is the document's stage: document_counts (0022) counts failed
+    -- documents under it, which is `status`'s failed-per-stage column.
+    SET status = 'failed', stage = failed.stage, error = failed.stage || ': ' || $3,
+        updated_at = coalesce($7, now())
     FROM failed
     WHERE failed.state = 'failed' AND d.id = failed.document_id
       AND d.generation = failed.generation
@@ -227,8 +230,8 @@ WITH expired AS (
               j.max_attempts, j.created_at, j.lease_owner, j.trace_context
 ), doc AS (
     UPDATE documents AS d
-    SET status = 'failed', error = rescued.stage || ': ' || rescued.last_error,
-        updated_at = coalesce($1, now())
+    SET status = 'failed', stage = rescued.stage,
+        error = rescued.stage || ': ' || rescued.last_error, updated_at = coalesce($1, now())
     FROM rescued
     WHERE rescued.state = 'failed' AND d.id = rescued.document_id
       AND d.generation = rescued.generation
@@ -371,8 +374,8 @@ WITH cur AS (
     RETURNING j.document_id, j.stage, j.generation, j.state, j.run_after, j.last_error
 ), doc AS (
     UPDATE documents AS d
-    SET status = 'failed', error = deferred.stage || ': ' || deferred.last_error,
-        updated_at = coalesce($11, now())
+    SET status = 'failed', stage = deferred.stage,
+        error = deferred.stage || ': ' || deferred.last_error, updated_at = coalesce($11, now())
     FROM deferred
     WHERE deferred.state = 'failed' AND d.id = deferred.document_id
       AND d.generation = deferred.generation

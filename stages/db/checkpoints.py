@@ -166,6 +166,26 @@ async def replace_assets(conn: Conn, document_id: uuid.UUID, assets: Sequence[As
     )
 
 
+async def chunk_ordinals_of(
+    db: Reader, document_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[int]]:
+    """``{document: its chunk ordinals}`` for a page of documents (none: absent)."""
+    found: dict[uuid.UUID, list[int]] = {}
+    for r in await db.fetch(Q["chunk_ordinals_of"], list(document_ids)):
+        found.setdefault(r["document_id"], []).append(r["ordinal"])
+    return found
+
+
+async def asset_keys_of(
+    db: Reader, document_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[str]]:
+    """``{document: its stored images' keys}`` for a page of documents."""
+    found: dict[uuid.UUID, list[str]] = {}
+    for r in await db.fetch(Q["asset_keys_of"], list(document_ids)):
+        found.setdefault(r["document_id"], []).append(r["object_key"])
+    return found
+
+
 async def assets(db: Reader, document_id: uuid.UUID) -> list[Asset]:
     rows = await db.fetch(Q["document_assets"], document_id)
     return [to_struct(Asset, r) for r in rows]

@@ -178,9 +178,12 @@ class VectorIndex(Protocol):
         document_id: uuid.UUID | None = None,
         *,
         tenant: str | None = None,
+        documents: Sequence[uuid.UUID] | None = None,
     ) -> list[PointRef]:
-        """Every point (of one document, or all; of one tenant collection, or all) with its
-        document and generation."""
+        """Every point (of one document, or of ``documents``, or all; of one tenant
+        collection, or all) with its document and generation. ``documents`` is how verify
+        reads the index a page of documents at a time: memory flat, whatever the index
+        holds."""
         ...
 
     async def point_ids(self, vector_collection: str, document_id: uuid.UUID) -> list[uuid.UUID]:

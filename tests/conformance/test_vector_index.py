@@ -251,6 +251,19 @@ async def test_search_and_scan_see_only_their_collection(index: VectorIndex) -> 
     assert len(await index.scan(OLD, beta, tenant="beta")) == 7
 
 
+async def test_scan_of_a_page_of_documents(index: VectorIndex) -> None:
+    await index.ensure_vector_collection(OLD, DIM)
+    alpha = await put(index, OLD, "alpha", 5)
+    beta = await put(index, OLD, "beta", 7)
+    gamma = await put(index, OLD, None, 2)
+    page = await index.scan(OLD, documents=[alpha, gamma])
+    assert sorted(r.document_id for r in page) == sorted([str(alpha)] * 5 + [str(gamma)] * 2)
+    assert len(await index.scan(OLD, documents=[alpha, beta], tenant="beta")) == 7
+    assert len(await index.scan(OLD, documents=[gamma], tenant="default")) == 2
+    assert await index.scan(OLD, documents=[]) == []
+    assert await index.scan(OLD, documents=[uuid.uuid4()]) == []
+
+
 async def test_drop_collection_leaves_the_others(index: VectorIndex) -> None:
     await index.ensure_vector_collection(OLD, DIM)
     await index.ensure_vector_collection(NEW, DIM)

@@ -287,8 +287,11 @@ async def test_reprocess_from_chunk_with_bigger_chunks_leaves_no_stale_points(
 
 
 async def test_verify_reports_damage_and_repair_converges(
-    cohere_pipeline: OpenPipeline, fake_cohere: TimedCohere
+    cohere_pipeline: OpenPipeline, fake_cohere: TimedCohere, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Two documents a page: verify's walk crosses a page boundary (keyset cursor), and the
+    # orphan is found because the collection counts more points than the pages had.
+    monkeypatch.setattr(verify, "PAGE", 2)
     async with cohere_pipeline(fake_cohere) as env:
         ids = await env.submit_all(sample(name) for name in SAMPLES)
         lost_point, bogus_point, lost_image = ids

@@ -122,6 +122,15 @@ def _tenant_filter(tenant: str | None, document_id: uuid.UUID | None = None) -> 
     return qm.Filter(must=must)
 
 
+def _scan_filter(
+    tenant: str | None, document_id: uuid.UUID | None, documents: Sequence[uuid.UUID] | None
+) -> qm.Filter | None:
+    """A scan's filter: of one document, or of ``documents``, or of all (in a tenant)."""
+    if documents is None:
+        return _tenant_filter(tenant, document_id)
+    return _search_filter(tenant, tuple(str(d) for d in documents))
+
+
 def _search_filter(tenant: str | None, documents: tuple[str, ...] | None) -> qm.Filter | None:
     """A search's filter: the tenant's points, of ``documents`` when given."""
     where = _tenant_filter(tenant)
@@ -219,9 +228,10 @@ class QdrantIndex:
         document_id: uuid.UUID | None = None,
         *,
         tenant: str | None = None,
+        documents: Sequence[uuid.UUID] | None = None,
     ) -> list[vi.PointRef]:
         await self._require(vector_collection)
-        query = _tenant_filter(tenant, document_id)
+        query = _scan_filter(tenant, document_id, documents)
         refs: list[vi.PointRef] = []
         offset: qm.ExtendedPointId | None = None
         while True:

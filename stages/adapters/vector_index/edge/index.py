@@ -92,6 +92,15 @@ def _tenant_filter(tenant: str | None, document_id: uuid.UUID | None = None) -> 
     return qe.Filter(must=must)
 
 
+def _scan_filter(
+    tenant: str | None, document_id: uuid.UUID | None, documents: Sequence[uuid.UUID] | None
+) -> qe.Filter | None:
+    """A scan's filter: of one document, or of ``documents``, or of all (in a tenant)."""
+    if documents is None:
+        return _tenant_filter(tenant, document_id)
+    return _search_filter(tenant, tuple(str(d) for d in documents))
+
+
 def _search_filter(tenant: str | None, documents: tuple[str, ...] | None) -> qe.Filter | None:
     """A search's filter: the tenant's points, of ``documents`` when given."""
     where = _tenant_filter(tenant)
@@ -228,8 +237,9 @@ class EdgeIndex:
         document_id: uuid.UUID | None = None,
         *,
         tenant: str | None = None,
+        documents: Sequence[uuid.UUID] | None = None,
     ) -> list[PointRef]:
-        query = _tenant_filter(tenant, document_id)
+        query = _scan_filter(tenant, document_id, documents)
         scroll = _scroll_refs(query)
         return await self._run(
             vector_collection, "scroll", lambda s: scroll(s.require(vector_collection))
