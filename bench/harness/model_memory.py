@@ -20,13 +20,14 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 PARTS = ("imports", "embedder", "embedder-unfolded", "ocr")
 
 
 def _status_mb(key: str) -> float:
-    text = open("/proc/self/status").read()  # noqa: SIM115 - read whole, closed by GC
+    text = Path("/proc/self/status").read_text()
     return int(text.split(f"{key}:")[1].split()[0]) / 1024
 
 
