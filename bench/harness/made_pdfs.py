@@ -145,7 +145,12 @@ def _draw_table(
 
 
 def _draw_booktabs(
-    page: pymupdf.Page, top: float, header: list[str], rows: list[list[str]], widths: list[float]
+    page: pymupdf.Page,
+    top: float,
+    header: list[str],
+    rows: list[list[str]],
+    widths: list[float],
+    header_font: str = "hebo",
 ) -> float:
     """Draw a table with three rules only (above the header, under it, under the last
     row), its columns only aligned text. Returns the y under its bottom rule."""
@@ -155,7 +160,7 @@ def _draw_booktabs(
     page.draw_line((x_edges[0], top), (x_edges[-1], top), width=1.0)
     y = top + 4
     for r, row in enumerate([header, *rows]):
-        font = "hebo" if r == 0 else "helv"
+        font = header_font if r == 0 else "helv"
         for c, cell in enumerate(row):
             page.insert_text((x_edges[c] + 6, y + 11), cell, fontsize=9, fontname=font)
         y += 15
@@ -267,7 +272,8 @@ def _draw_headless(
 #: How page 2 of :func:`next_page_table_pdf` opens, under its running header: with page
 #: 1's table continued (its rows; its header printed again, then its rows), or with
 #: another table of as many columns (after a caption, after a caption the content stream
-#: draws after the table, after a paragraph, or under a bold header of its own).
+#: draws after the table, after a paragraph, under a bold header of its own, or a booktabs
+#: table under a plain header: its rule under the header tells it apart).
 OPENINGS = {
     "rows": True,
     "header again": True,
@@ -275,6 +281,7 @@ OPENINGS = {
     "caption drawn after": False,
     "paragraph": False,
     "own header": False,
+    "booktabs": False,
 }
 
 
@@ -320,7 +327,8 @@ def next_page_table_pdf(path: Path, opening: str) -> tuple[Path, dict[str, MadeT
 
 def _other_table(page: pymupdf.Page, opening: str, widths: list[float]) -> MadeTable:
     """Another table of three columns atop ``page``, opening it as ``opening`` says (its
-    header plain but under ``own header``: only the text above it tells it apart)."""
+    header plain but under ``own header``: only the text above it, or a booktabs table's
+    rule under its header, tells it apart)."""
     header = ["Package", "Licence", "Maintainer"]
     rows: list[list[str | None]] = [
         [f"package{i}", f"licence{i % 3}", f"maintainer{i}"] for i in range(6)
@@ -335,7 +343,11 @@ def _other_table(page: pymupdf.Page, opening: str, widths: list[float]) -> MadeT
     if text and opening != "caption drawn after":
         page.insert_textbox(above, text, fontsize=10)
     font = "hebo" if opening == "own header" else "helv"
-    _draw_table(page, 130 if text else 72, header, rows, widths, header_font=font)
+    if opening == "booktabs":
+        plain = [[c or "" for c in row] for row in rows]
+        _draw_booktabs(page, 72, header, plain, widths, header_font=font)
+    else:
+        _draw_table(page, 130 if text else 72, header, rows, widths, header_font=font)
     if opening == "caption drawn after":
         page.insert_textbox(above, text, fontsize=10)
     return MadeTable(header, rows, [2])
