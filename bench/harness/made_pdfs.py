@@ -16,8 +16,10 @@ import msgspec
 import pymupdf
 
 __all__ = [
+    "OPENINGS",
     "MadeTable",
     "headings_by_type_pdf",
+    "next_page_table_pdf",
     "outline_pdf",
     "tables_pdf",
     "two_column_pdf",
@@ -143,7 +145,12 @@ def _draw_table(
 
 
 def _draw_booktabs(
-    page: pymupdf.Page, top: float, header: list[str], rows: list[list[str]], widths: list[float]
+    page: pymupdf.Page,
+    top: float,
+    header: list[str],
+    rows: list[list[str]],
+    widths: list[float],
+    header_font: str = "hebo",
 ) -> float:
     """Draw a table with three rules only (above the header, under it, under the last
     row), its columns only aligned text. Returns the y under its bottom rule."""
@@ -153,7 +160,7 @@ def _draw_booktabs(
     page.draw_line((x_edges[0], top), (x_edges[-1], top), width=1.0)
     y = top + 4
     for r, row in enumerate([header, *rows]):
-        font = "hebo" if r == 0 else "helv"
+        font = header_font if r == 0 else "helv"
         for c, cell in enumerate(row):
             page.insert_text((x_edges[c] + 6, y + 11), cell, fontsize=9, fontname=font)
         y += 15
@@ -260,6 +267,90 @@ def _draw_headless(
     before)."""
     first, *rest = rows
     return _draw_table(page, top, [c or "" for c in first], rest, widths, header_font="helv")
+
+
+#: How page 2 of :func:`next_page_table_pdf` opens, under its running header: with page
+#: 1's table continued (its rows; its header printed again, then its rows), or with
+#: another table of as many columns (after a caption, after a caption the content stream
+#: draws after the table, after a paragraph, under a bold header of its own, or a booktabs
+#: table under a plain header: its rule under the header tells it apart).
+OPENINGS = {
+    "rows": True,
+    "header again": True,
+    "caption": False,
+    "caption drawn after": False,
+    "paragraph": False,
+    "own header": False,
+    "booktabs": False,
+}
+
+
+def next_page_table_pdf(path: Path, opening: str) -> tuple[Path, dict[str, MadeTable]]:
+    """Three pages with running headers and footers: page 1's ruled table (bold header)
+    ends at its foot; page 2 opens as :data:`OPENINGS` says; page 3 is prose. Returns
+    the tables as printed: ``first`` (with its continuation, where page 2 continues it)
+    and ``second``."""
+    doc = pymupdf.open()
+    for _ in range(3):
+        doc.new_page(width=WIDTH, height=HEIGHT)
+    pages = [doc[i] for i in range(3)]  # loaded once all exist (new_page drops them)
+    for number, page in enumerate(pages, 1):
+        _header_footer(page, number)
+    pages[0].insert_textbox(
+        pymupdf.Rect(MARGIN, 72, WIDTH - MARGIN, 110),
+        "The mirrors of the archive are listed by region below.",
+        fontsize=10,
+    )
+    columns, widths = ["Mirror", "Region", "Host"], [120.0, 90.0, 240.0]
+    mirrors: list[list[str | None]] = [
+        [f"mirror{i}", f"region{i % 7}", f"host{i}.example.org"] for i in range(20)
+    ]
+    _draw_table(pages[0], HEIGHT - 72 - 20 * 13, columns, mirrors[:12], widths)
+    truth = {"first": MadeTable(columns, mirrors[:12], [1])}
+    if OPENINGS[opening]:
+        if opening == "rows":
+            _draw_headless(pages[1], 72, mirrors[12:], widths)
+        else:
+            _draw_table(pages[1], 72, columns, mirrors[12:], widths)
+        truth["first"] = MadeTable(columns, mirrors, [1, 2])
+    else:
+        truth["second"] = _other_table(pages[1], opening, widths)
+    pages[2].insert_textbox(
+        pymupdf.Rect(MARGIN, 72, WIDTH - MARGIN, 110),
+        "Each mirror copies the archive every six hours.",
+        fontsize=10,
+    )
+    doc.save(path)
+    doc.close()
+    return path, truth
+
+
+def _other_table(page: pymupdf.Page, opening: str, widths: list[float]) -> MadeTable:
+    """Another table of three columns atop ``page``, opening it as ``opening`` says (its
+    header plain but under ``own header``: only the text above it, or a booktabs table's
+    rule under its header, tells it apart)."""
+    header = ["Package", "Licence", "Maintainer"]
+    rows: list[list[str | None]] = [
+        [f"package{i}", f"licence{i % 3}", f"maintainer{i}"] for i in range(6)
+    ]
+    words = {
+        "caption": "Table 2: Packages and their licences.",
+        "caption drawn after": "Table 2: Packages and their licences.",
+        "paragraph": "The packages shipped with the archive are listed with their licences.",
+    }
+    text = words.get(opening, "")
+    above = pymupdf.Rect(MARGIN, 72, WIDTH - MARGIN, 110)
+    if text and opening != "caption drawn after":
+        page.insert_textbox(above, text, fontsize=10)
+    font = "hebo" if opening == "own header" else "helv"
+    if opening == "booktabs":
+        plain = [[c or "" for c in row] for row in rows]
+        _draw_booktabs(page, 72, header, plain, widths, header_font=font)
+    else:
+        _draw_table(page, 130 if text else 72, header, rows, widths, header_font=font)
+    if opening == "caption drawn after":
+        page.insert_textbox(above, text, fontsize=10)
+    return MadeTable(header, rows, [2])
 
 
 LEFT = [

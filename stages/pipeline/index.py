@@ -242,7 +242,7 @@ def document_points(
                 GENERATION_FIELD: generation,
                 COLLECTION_FIELD: tenant,
             },
-            keywords=Keywords(*text_vector(r.text)) if keywords else None,
+            keywords=Keywords(*text_vector(r.text, r.section)) if keywords else None,
         )
         for point, r in zip(ids, rows, strict=True)
     ]

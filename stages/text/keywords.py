@@ -7,7 +7,9 @@ alike: words are case-folded (NFKC); an identifier is kept whole and split into 
 Hangul runs become single characters and their pairs (no spaces to split them on).
 A term's index is a stable 32-bit hash of it; a document's value is BM25's saturated
 term frequency, and the index applies the inverse document frequency (``Modifier.IDF``),
-so the score is BM25's.
+so the score is BM25's. A chunk's heading path (its section label) is indexed with its
+text, each of its terms once more, so a question that names the section finds the
+section's chunks that do not print its heading.
 """
 
 from __future__ import annotations
@@ -108,8 +110,10 @@ def term_index(term: str) -> int:
     return zlib.crc32(term.encode("utf-8"))
 
 
-def text_vector(text: str) -> tuple[list[int], list[float]]:
-    """A chunk's sparse vector: each term's BM25 term-frequency weight, sorted by index.
+def text_vector(text: str, heading: str | None = None) -> tuple[list[int], list[float]]:
+    """A chunk's sparse vector: each term's BM25 term-frequency weight. ``heading``: the
+    chunk's heading path (``2 Currents › 2.1 Rip currents``), each of whose terms counts
+    once more, as a heading printed in the chunk would (the chunk's length is its text's).
 
     This runs once per chunk on the throughput path: the text is split on white space
     (C), each piece's term indices come from a per-process cache keyed by the piece as it
@@ -119,9 +123,19 @@ def text_vector(text: str) -> tuple[list[int], list[float]]:
     cached = list(map(_PIECES.get, pieces))
     found = _fill(pieces, cached) if None in cached else cast("list[tuple[int, ...]]", cached)
     counts = Counter(chain.from_iterable(found))
+    length = counts.total()
+    if heading:
+        counts.update(_heading_terms(heading))
     # Indices in first-seen order: the index does not need them sorted.
-    norm = K1 * (1 - B + B * counts.total() / AVERAGE_TERMS)
+    norm = K1 * (1 - B + B * length / AVERAGE_TERMS)
     return list(counts), [n * (K1 + 1) / (n + norm) for n in counts.values()]
+
+
+@functools.lru_cache(maxsize=1 << 10)
+def _heading_terms(heading: str) -> tuple[int, ...]:
+    """The distinct term indices of a heading path (cached: a section's chunks share it)."""
+    found = (i for word in _WORD.findall(_normal(heading)) for i in _word_indices(word))
+    return tuple(dict.fromkeys(found))
 
 
 #: Term indices of each white-space piece seen (a piece may hold words and punctuation).

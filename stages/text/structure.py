@@ -14,9 +14,12 @@ text). From the layouts the parser stored with each page:
   with the section after it.
 - **Tables**: the parser's Markdown rows (the first a header row and its rule) are packed
   between rows into chunks of at most the chunk size, each starting with the header. A
-  table that opens a page right after a table that closed the page before, with as many
-  columns, continues it: its first row is a row (or, where it repeats the header, left
-  out), and its pieces repeat the first page's header.
+  table that opens a page (no text above it but running headers) right after a table
+  that closed the page before (no text under it but running footers), with as many
+  columns, continues it where its first row repeats the header (left out) or is not set
+  apart as a header of its own (then it is a row); its pieces repeat the first page's
+  header. A first row set apart (bold over plain rows, or above a rule of its own) that
+  says something else heads another table.
 - **Boxes**: each chunk keeps its blocks' rectangles, one per run of blocks of a column
   on a page: ``(page, x0, y0, x1, y1)``.
 """
@@ -64,7 +67,12 @@ _DIGITS = re.compile(r"\d+")
 #: A numbered heading ("2.1 Rip currents") is as deep as its number.
 _NUMBERED = re.compile(r"(\d+(?:\.\d+)*)\.?\s")
 _SPACE = re.compile(r"\s+")
-TABLE_HEADER, TABLE_ROW = 1, 2
+TABLE_HEADER, TABLE_ROW, TABLE_HEADER_APART = 1, 2, 3
+_HEADERS = (TABLE_HEADER, TABLE_HEADER_APART)
+#: A block this near a table's edge (points) is beside it, not above or under it.
+_EDGE_SLACK = 1.0
+#: A page's text extents where it has no text: nothing above or under anything.
+_NO_TEXT = (float("-inf"), float("inf"))
 
 
 class BlockLike(Protocol):
@@ -329,11 +337,12 @@ def _runs(items: list[_Item]) -> list[_Run]:
     """Items grouped: consecutive text of one section, or one table (from its header
     row); a section whose only text is its heading joins the next section's run."""
     runs: list[_Run] = []
+    extents = _text_extents(items)
     for item in items:
         last = runs[-1] if runs else None
-        if last is not None and _continues(last, item):
-            first = item.text.split("\n")[0]
-            if first != last.items[0].text.split("\n")[0]:  # not the header repeated
+        if last is not None and _continues(last, item, extents):
+            first = _first_line(item)
+            if first != _first_line(last.items[0]):  # not the header repeated
                 last.items.append(_Item(item.page, first, item.box, item.path, TABLE_ROW))
             else:
                 last.headers[item.page] = item
@@ -347,16 +356,50 @@ def _runs(items: list[_Item]) -> list[_Run]:
     return runs
 
 
-def _continues(last: _Run, item: _Item) -> bool:
+def _text_extents(items: list[_Item]) -> dict[int, tuple[float, float]]:
+    """Per page: the lowest top and the highest foot of its text blocks (running headers
+    and footers are not items), for telling whether text stands above or under a
+    table."""
+    out: dict[int, tuple[float, float]] = {}
+    for item in items:
+        if item.kind == 0 and item.box is not None:
+            lowest_top, highest_foot = out.get(item.page, _NO_TEXT)
+            out[item.page] = (max(lowest_top, item.box[1]), min(highest_foot, item.box[3]))
+    return out
+
+
+def _continues(last: _Run, item: _Item, extents: dict[int, tuple[float, float]]) -> bool:
     """Whether ``item``, a table's first row, continues the table ``last`` from the page
-    before (nothing but running headers and footers between them, as many columns)."""
-    return (
-        item.kind == TABLE_HEADER
+    before: as many columns, no text under the one nor above the other (running headers
+    and footers aside), and a first row that repeats the header or is not set apart as a
+    header of its own."""
+    if not (
+        item.kind in _HEADERS
         and last.table
-        and last.items[0].kind == TABLE_HEADER
+        and last.items[0].kind in _HEADERS
         and last.items[-1].page + 1 == item.page
         and _columns(last.items[0].text) == _columns(item.text)
-    )
+    ):
+        return False
+    if not _ends_page(last.items[-1], extents) or not _opens_page(item, extents):
+        return False
+    return item.kind != TABLE_HEADER_APART or _first_line(item) == _first_line(last.items[0])
+
+
+def _ends_page(row: _Item, extents: dict[int, tuple[float, float]]) -> bool:
+    """Whether no text block starts under ``row`` on its page."""
+    lowest_top = extents.get(row.page, _NO_TEXT)[0]
+    return row.box is None or lowest_top < row.box[3] - _EDGE_SLACK
+
+
+def _opens_page(row: _Item, extents: dict[int, tuple[float, float]]) -> bool:
+    """Whether no text block ends above ``row`` on its page."""
+    highest_foot = extents.get(row.page, _NO_TEXT)[1]
+    return row.box is None or highest_foot > row.box[1] + _EDGE_SLACK
+
+
+def _first_line(item: _Item) -> str:
+    return item.text.split("\n")[0]
 
 
 def _columns(row: str) -> int:
@@ -364,7 +407,7 @@ def _columns(row: str) -> int:
 
 
 def _starts_run(last: _Run, item: _Item) -> bool:
-    if item.kind == TABLE_HEADER:
+    if item.kind in _HEADERS:
         return True
     if item.kind == TABLE_ROW:
         return not last.table
@@ -550,7 +593,7 @@ def _table_chunks(run: _Run, sizes: ChunkSizes, counter: TokenCounter) -> list[S
     """The table in pieces of whole rows, each starting with the header row (and its
     rule), each at most the chunk size where a row fits with the header."""
     items = run.items
-    header = items[0] if items[0].kind == TABLE_HEADER else None
+    header = items[0] if items[0].kind in _HEADERS else None
     rows = items[1:] if header else items
     head = [header] if header else []
     counts = counter.counts([header.text if header else "", *(r.text for r in rows)])

@@ -24,7 +24,7 @@ from pymupdf import mupdf
 from stages.parsing.formats.pdf_tables import Found, Table, markdown_rows
 from stages.parsing.formats.unit import Block, Heading, Layout
 
-TABLE_HEADER, TABLE_ROW = 1, 2
+TABLE_HEADER, TABLE_ROW, TABLE_HEADER_APART = 1, 2, 3
 #: A column's block may reach this far past the page's middle (points).
 _GUTTER = 6.0
 #: Each column holds this many characters at least before a page counts as two columns.
@@ -240,9 +240,10 @@ def _table_of(block: Block, tables: Sequence[Table]) -> int | None:
 def _rows(table: Table) -> list[tuple[Block, str]]:
     lines = markdown_rows(table)
     out: list[tuple[Block, str]] = []
+    header = TABLE_HEADER_APART if table.header_apart else TABLE_HEADER
     for i, ((box, _), line) in enumerate(zip(table.rows, lines, strict=True)):
         x0, y0, x1, y1 = box
-        out.append((Block(0, 0, x0, y0, x1, y1, kind=TABLE_HEADER if i == 0 else TABLE_ROW), line))
+        out.append((Block(0, 0, x0, y0, x1, y1, kind=header if i == 0 else TABLE_ROW), line))
     return out
 
 

@@ -56,6 +56,10 @@ class Table(msgspec.Struct, frozen=True):
 
     box: tuple[float, float, float, float]
     rows: list[tuple[tuple[float, float, float, float], list[str]]]
+    #: Its first row is set apart as a header: in bold type over a row that is not, or
+    #: above a rule of its own (booktabs). A first row not set apart may be a row of a
+    #: table continued from the page before (the chunker decides, :mod:`stages.text.structure`).
+    header_apart: bool = False
 
 
 class Found(msgspec.Struct, frozen=True):
@@ -107,7 +111,9 @@ def page_tables(page: pymupdf.Page, textpage: Any) -> Found | None:
         return None
     words = pymupdf.extra.extractWORDS(textpage, None)
     tables = [t for g in grids if (t := _table(g, words)) is not None]
-    tables += [Table(box, rows) for box, rows in booktabs(loose, words)]
+    if tables:
+        tables = _weighed(tables, textpage)
+    tables += [Table(box, rows, header_apart=True) for box, rows in booktabs(loose, words)]
     tables.sort(key=lambda t: t.box[1])
     return Found(tables, words) if tables else None
 
@@ -233,6 +239,37 @@ def _ruled(vertical: list[_Rule], xs: list[float], ys: list[float]) -> set[tuple
         last = bisect.bisect_right(middles, y1 + _SNAP)
         out.update((r, c) for r in range(first, last))
     return out
+
+
+def _weighed(tables: list[Table], textpage: Any) -> list[Table]:
+    """The tables, each marked where its first row's lines all start in bold type and
+    its second row's do not (each line's first character read from MuPDF's text page)."""
+    # (box, table, row) of each table's first two rows.
+    rows = [(t.rows[r][0], i, r) for i, t in enumerate(tables) for r in (0, 1)]
+    bold: list[list[list[bool]]] = [[[], []] for _ in tables]
+    for block in textpage:
+        if block.m_internal.type != 0:
+            continue
+        for line in block:
+            box = line.m_internal.bbox
+            x, y = (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2
+            at = [(i, r) for (x0, y0, x1, y1), i, r in rows if x0 <= x < x1 and y0 <= y < y1]
+            if at:
+                weight = _starts_bold(line)
+                for i, r in at:
+                    bold[i][r].append(weight)
+    return [
+        msgspec.structs.replace(t, header_apart=bool(head) and all(head) and not all(second))
+        for t, (head, second) in zip(tables, bold, strict=True)
+    ]
+
+
+def _starts_bold(line: Any) -> bool:
+    for char in line:
+        font = char.m_internal.font
+        name = pymupdf.mupdf.ll_fz_font_name(font).lower()
+        return bool(pymupdf.mupdf.ll_fz_font_is_bold(font)) or "bold" in name
+    return False
 
 
 def _cell_text(words: list[tuple[float, float, str]]) -> str:

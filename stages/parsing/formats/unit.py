@@ -54,7 +54,9 @@ class Block(msgspec.Struct, frozen=True, array_like=True):
     #: or the block is too long to be a heading and was not sampled).
     size: float = 0.0
     bold: bool = False
-    #: 0 text; 1 a table's header row, 2 another row of it (one block per row).
+    #: 0 text; 1 a table's header row, 2 another row of it (one block per row); 3 a
+    #: header row set apart from the rows (bold over a row that is not, or above a rule
+    #: of its own): a table's own header, never a row continued from the page before.
     kind: int = 0
 
 

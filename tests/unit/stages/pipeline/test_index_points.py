@@ -22,6 +22,7 @@ def rows(count: int) -> list[checkpoints.ChunkVector]:
         checkpoints.ChunkVector(
             ordinal=n, kind="text" if n % 3 else "image", text=f"chunk {n}", page_start=n,
             page_end=n + 1, generation=2, vector=rng.random(8).tolist(),
+            section=f"{n // 5} Part › {n} Rip currents" if n % 2 else None,
         )
         for n in range(count)
     ]  # fmt: skip
@@ -37,7 +38,7 @@ def test_document_points_equal_new_point() -> None:
     expected = [
         msgspec.structs.replace(
             new_point(job.document_id, r.ordinal, job.generation, r.vector or [], payload(r, job)),
-            keywords=Keywords(*text_vector(r.text)),
+            keywords=Keywords(*text_vector(r.text, r.section)),
         )
         for r in chunks
     ]

@@ -47,5 +47,24 @@ def test_document_weights_are_bm25_term_frequencies() -> None:
     assert text_vector("") == ([], [])
 
 
+def test_a_chunks_heading_path_counts_each_of_its_terms_once_more() -> None:
+    """A chunk of section "2.1 Rip currents" that does not print its heading has the
+    heading's terms as if printed once; the text's own weights and length are unchanged."""
+    text = "A ripcurrent flows away from the beach through a gap."
+    plain = dict(zip(*text_vector(text), strict=True))
+    weight = dict(zip(*text_vector(text, "2 Currents › 2.1 Rip currents"), strict=True))
+    once = plain[term_index("ripcurrent")]
+    for term in ("rip", "currents", "2.1", "2", "1"):
+        assert weight[term_index(term)] == once  # "currents" twice in the path: once
+    assert weight[term_index("beach")] == plain[term_index("beach")]
+    assert weight[term_index("gap")] == once
+    assert set(weight) - set(plain) == {term_index(t) for t in ("rip", "currents", "2.1", "2", "1")}
+    # A heading word the text prints too counts twice, over the text's length.
+    both = dict(zip(*text_vector(text, "Beach safety"), strict=True))
+    norm = K1 * (1 - 0.75 + 0.75 * len(list(terms(text))) / AVERAGE_TERMS)
+    assert abs(both[term_index("beach")] - 2 * (K1 + 1) / (2 + norm)) < 1e-9
+    assert text_vector(text, None) == text_vector(text, "") == text_vector(text)
+
+
 def test_garbage_words_are_not_terms() -> None:
     assert list(terms("a" * 65 + " ok")) == ["ok"]

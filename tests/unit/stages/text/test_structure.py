@@ -16,8 +16,11 @@ import pytest
 from bench.harness.made_pdfs import (
     HEADER,
     LEFT,
+    OPENINGS,
     RIGHT,
+    MadeTable,
     headings_by_type_pdf,
+    next_page_table_pdf,
     outline_pdf,
     tables_pdf,
     two_column_pdf,
@@ -194,6 +197,44 @@ def test_a_table_continued_without_its_header_continues_the_first(tmp_path: Path
     last = pieces[-1]
     assert (last.page_start, last.page_end) == (8, 8)
     assert set(last.boxes[0::5]) == {8.0}
+
+
+def markdown(table: MadeTable) -> list[str]:
+    rule = "| " + " | ".join("---" for _ in table.header) + " |"
+    rows = [f"| {' | '.join(c or '' for c in r)} |" for r in table.rows]
+    return [f"| {' | '.join(table.header)} |", rule, *rows]
+
+
+@pytest.mark.parametrize("opening", [o for o, continued in OPENINGS.items() if not continued])
+def test_another_table_opening_the_next_page_is_not_a_continuation(
+    tmp_path: Path, opening: str
+) -> None:
+    """Page 1's table ends at its foot; page 2 opens (under its running header) with a
+    caption or a paragraph and a table of as many columns, or with a table under a bold
+    header of its own: two tables, each under its own header, each on its page."""
+    path, truth = next_page_table_pdf(tmp_path / "t.pdf", opening)
+    chunks = structured_chunks(pages_of(path), ChunkConfig(max_tokens=2000))
+    tables = [c for c in chunks if c.table]
+    assert [c.text.splitlines() for c in tables] == [
+        markdown(truth["first"]),
+        markdown(truth["second"]),
+    ]
+    assert [(c.page_start, c.page_end) for c in tables] == [(1, 1), (2, 2)]
+    assert {c.boxes[0] for c in tables[1:]} == {2.0}
+
+
+@pytest.mark.parametrize("opening", [o for o, continued in OPENINGS.items() if continued])
+def test_a_table_continued_under_the_running_header_is_one_table(
+    tmp_path: Path, opening: str
+) -> None:
+    """Page 2 opens, under its running header, with page 1's table's rows (its header
+    printed again, or not): one table, its header once."""
+    path, truth = next_page_table_pdf(tmp_path / "t.pdf", opening)
+    chunks = structured_chunks(pages_of(path), ChunkConfig(max_tokens=2000))
+    [table] = [c for c in chunks if c.table]
+    assert table.text.splitlines() == markdown(truth["first"])
+    assert (table.page_start, table.page_end) == (1, 2)
+    assert not any(HEADER in c.text for c in chunks)
 
 
 def test_a_booktabs_table_is_read_as_rows(tmp_path: Path) -> None:
