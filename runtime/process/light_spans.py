@@ -18,6 +18,7 @@ import contextlib
 import random
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -51,23 +52,27 @@ class WireEvent(msgspec.Struct, array_like=True, frozen=True):
 
 
 class WireLink(msgspec.Struct, array_like=True, frozen=True):
-    trace_hi: int
-    trace_lo: int
+    trace_id: str
     span_id: int
     flags: int
     attributes: dict[str, Any]
+
+
+#: A stage run's own figures, which the exporter process turns into its attributes
+#: (:func:`runtime.process.tracing.run_attributes`): stage, attempt, document id, job id,
+#: generation. Formatting them is left to that process.
+Run = tuple[str, int, uuid.UUID, int, int]
 
 
 class WireSpan(msgspec.Struct, array_like=True, frozen=True):
     """An ended span as it travels to the exporter process (msgpack, an array)."""
 
     name: str
-    #: The 128-bit trace id as two 64-bit halves (msgpack's integers are 64-bit).
-    trace_hi: int
-    trace_lo: int
+    #: 32 hex digits (a job's traceparent carries them so: no parsing in the worker).
+    trace_id: str
     span_id: int
-    #: 0 for a root span.
-    parent_id: int
+    #: 16 hex digits; empty for a root span.
+    parent_id: str
     parent_remote: bool
     flags: int
     kind: int
@@ -80,10 +85,7 @@ class WireSpan(msgspec.Struct, array_like=True, frozen=True):
     description: str | None
     scope: str
     scope_version: str | None
-
-
-def split(trace_id: int) -> tuple[int, int]:
-    return trace_id >> 64, trace_id & 0xFFFFFFFFFFFFFFFF
+    run: Run | None
 
 
 def new_span_id() -> int:
@@ -106,6 +108,7 @@ class LightSpan(Span):
         "_name",
         "_parent_id",
         "_remote",
+        "_run",
         "_scope",
         "_sink",
         "_span_id",
@@ -120,21 +123,24 @@ class LightSpan(Span):
         sink: Sink,
         scope: str,
         name: str,
-        parent: tuple[int, int, bool],
+        parent: tuple[str, str, bool],
         kind: SpanKind,
-        attributes: types.Attributes,
+        attributes: types.Attributes = None,
         trace_state: TraceState | None = None,
+        run: Run | None = None,
     ) -> None:
-        """``parent``: its trace id, span id and whether it is remote (valid, sampled)."""
+        """``parent``: its trace id and span id (hex) and whether it is remote (valid,
+        sampled); ``run``: a stage run's figures, made attributes by the exporter."""
         self._sink = sink
         self._scope = scope
         self._name = name
         self._trace_id, self._parent_id, self._remote = parent
         self._trace_state = trace_state
         self._kind = kind
+        self._run = run
         self._span_id = new_span_id()
         self._attributes: dict[str, Any] = dict(attributes) if attributes else {}
-        self._events: list[tuple[str, int, dict[str, Any]]] = []
+        self._events: list[tuple[str, int, dict[str, Any]]] | tuple[()] = ()
         self._status = 0
         self._description: str | None = None
         self._context: SpanContext | None = None
@@ -144,7 +150,7 @@ class LightSpan(Span):
     def get_span_context(self) -> SpanContext:
         if self._context is None:
             self._context = SpanContext(
-                self._trace_id, self._span_id, False, _SAMPLED, self._trace_state
+                int(self._trace_id, 16), self._span_id, False, _SAMPLED, self._trace_state
             )
         return self._context
 
@@ -164,7 +170,8 @@ class LightSpan(Span):
     ) -> None:
         if not self._end_ns:
             at = time.time_ns() if timestamp is None else timestamp
-            self._events.append((name, at, dict(attributes) if attributes else {}))
+            event = (name, at, dict(attributes) if attributes else {})
+            self._events = [*self._events, event]
 
     def update_name(self, name: str) -> None:
         if not self._end_ns:
@@ -201,12 +208,10 @@ class LightSpan(Span):
         if self._end_ns:
             return
         self._end_ns = end_time or time.time_ns()
-        hi, lo = split(self._trace_id)
         self._sink(
             (
                 self._name,
-                hi,
-                lo,
+                self._trace_id,
                 self._span_id,
                 self._parent_id,
                 self._remote,
@@ -221,6 +226,7 @@ class LightSpan(Span):
                 self._description,
                 self._scope,
                 None,
+                self._run,
             )
         )
 
@@ -256,20 +262,15 @@ class LightTracer(Tracer):
                 record_exception,
                 set_status_on_exception,
             )
-        ids = (parent.trace_id, parent.span_id, parent.is_remote)
+        ids = (f"{parent.trace_id:032x}", f"{parent.span_id:016x}", parent.is_remote)
         return LightSpan(self.sink, self.scope, name, ids, kind, attributes, parent.trace_state)
 
-    def start_child(
-        self,
-        name: str,
-        parent: tuple[int, int, bool],
-        kind: SpanKind = SpanKind.INTERNAL,
-        attributes: types.Attributes = None,
-    ) -> Span:
-        """A span under the sampled ``parent`` (trace id, span id, remote) named by its
-        ids alone: a stage run's, read off its job's ``traceparent`` with no context
-        built around it."""
-        return LightSpan(self.sink, self.scope, name, parent, kind, attributes)
+    def start_run(self, name: str, traceparent: str, run: Run) -> Span:
+        """A stage run's span (kind consumer) under the sampled parent its job's
+        ``traceparent`` names (``00-<trace id>-<span id>-<flags>``, already checked):
+        no context built around the parent, no attribute formatted here."""
+        parent = (traceparent[3:35], traceparent[36:52], True)
+        return LightSpan(self.sink, self.scope, name, parent, SpanKind.CONSUMER, run=run)
 
     # The API declares its own private context-manager type; this one behaves the same.
     @contextlib.contextmanager

@@ -30,7 +30,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 
 from runtime.process.light_spans import WireLink, WireSpan
 from runtime.process.span_shipper import FLUSH, HELLO, LENGTH, SEQ, SPANS, BatchSettings, Hello
-from runtime.process.tracing import exporter
+from runtime.process.tracing import exporter, run_attributes
 
 log = logging.getLogger("ragline.span_exporter")
 
@@ -57,23 +57,26 @@ def read_frames(stream: IO[bytes], out: queue.SimpleQueue[Item]) -> None:
         out.put(None)
 
 
-def context_of(hi: int, lo: int, span_id: int, flags: int, remote: bool = False) -> SpanContext:
-    return SpanContext((hi << 64) | lo, span_id, remote, TraceFlags(flags))
+def context_of(trace_id: str, span_id: int, flags: int, remote: bool = False) -> SpanContext:
+    return SpanContext(int(trace_id, 16), span_id, remote, TraceFlags(flags))
 
 
 def readable(span: WireSpan, resource: Resource) -> ReadableSpan:
     """The SDK's span for one shipped span."""
     parent = (
-        context_of(span.trace_hi, span.trace_lo, span.parent_id, span.flags, span.parent_remote)
+        context_of(span.trace_id, int(span.parent_id, 16), span.flags, span.parent_remote)
         if span.parent_id
         else None
     )
+    attributes = span.attributes
+    if span.run is not None:
+        attributes = {**run_attributes(*span.run), **attributes}
     return ReadableSpan(
         name=span.name,
-        context=context_of(span.trace_hi, span.trace_lo, span.span_id, span.flags),
+        context=context_of(span.trace_id, span.span_id, span.flags),
         parent=parent,
         resource=resource,
-        attributes=span.attributes,
+        attributes=attributes,
         events=[Event(e.name, e.attributes, e.time_ns) for e in span.events],
         links=[_link(link) for link in span.links],
         kind=SpanKind(span.kind),
@@ -85,7 +88,7 @@ def readable(span: WireSpan, resource: Resource) -> ReadableSpan:
 
 
 def _link(link: WireLink) -> Link:
-    return Link(context_of(link.trace_hi, link.trace_lo, link.span_id, link.flags), link.attributes)
+    return Link(context_of(link.trace_id, link.span_id, link.flags), link.attributes)
 
 
 class Exporting:

@@ -37,7 +37,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, Tracer, TracerP
 from opentelemetry.sdk.trace.sampling import ParentBased
 from opentelemetry.trace import Link, Span
 
-from runtime.process.light_spans import LightTracer, Wire, split
+from runtime.process.light_spans import LightTracer, Wire
 
 log = logging.getLogger(__name__)
 
@@ -80,15 +80,6 @@ class BatchSettings(msgspec.Struct, frozen=True):
         )
 
 
-def array_header(count: int) -> bytes:
-    """msgpack's header of an array of ``count`` items (the items follow, each encoded)."""
-    if count < 16:
-        return bytes((0x90 | count,))
-    if count < 1 << 16:
-        return b"\xdc" + count.to_bytes(2, "big")
-    return b"\xdd" + count.to_bytes(4, "big")
-
-
 def frame(kind: bytes, payload: bytes) -> bytes:
     return LENGTH.pack(len(payload) + 1) + kind + payload
 
@@ -105,7 +96,8 @@ class Shipper:
         command: Sequence[str] = (sys.executable, "-m", "runtime.process.span_exporter"),
     ) -> None:
         self.settings = settings
-        self.queue: deque[bytes] = deque()
+        self.queue: deque[Wire] = deque()
+        self._max_queue, self._batch = settings.max_queue, settings.batch
         self.dropped = 0
         self.dead = False
         self.closed = False
@@ -134,15 +126,12 @@ class Shipper:
     # -- the worker's side: never blocks ---------------------------------------------------
 
     def add(self, span: Wire) -> None:
-        """Queue an ended span, encoded now: the queue holds bytes, which the garbage
-        collector does not walk (a span's tuples and dicts, alive until the next batch
-        leaves, made its collections of the older generations longer and more frequent)."""
         queue = self.queue
-        if self.dead or len(queue) >= self.settings.max_queue:
+        if len(queue) >= self._max_queue or self.dead:
             self._drop(1)
             return
-        queue.append(self._encode(span))
-        if len(queue) == self.settings.batch:
+        queue.append(span)
+        if len(queue) == self._batch:
             self._wake.set()
 
     def _drop(self, count: int) -> None:
@@ -169,9 +158,10 @@ class Shipper:
         with self._write_lock:
             queue, take = self.queue, self.queue.popleft
             while queue:
-                spans = [take() for _ in range(min(len(queue), self.settings.batch))]
-                batch = array_header(len(spans)) + b"".join(spans)
-                if self.dead or not self._write(frame(SPANS, batch)):
+                # Encoded here, a batch at a time, not as each span ends: the worker's
+                # loop only appends a tuple (the encoder's work stays warm in cache).
+                spans = [take() for _ in range(min(len(queue), self._batch))]
+                if self.dead or not self._write(frame(SPANS, self._encode(spans))):
                     self._drop(len(spans))
 
     def _write(self, data: bytes) -> bool:
@@ -257,14 +247,12 @@ def to_wire(span: ReadableSpan) -> Wire:
     ctx = span.context
     assert ctx is not None
     parent = span.parent
-    hi, lo = split(ctx.trace_id)
     scope = span.instrumentation_scope
     return (
         span.name,
-        hi,
-        lo,
+        f"{ctx.trace_id:032x}",
         ctx.span_id,
-        parent.span_id if parent else 0,
+        f"{parent.span_id:016x}" if parent else "",
         bool(parent and parent.is_remote),
         int(ctx.trace_flags),
         span.kind.value,
@@ -277,12 +265,13 @@ def to_wire(span: ReadableSpan) -> Wire:
         span.status.description,
         scope.name if scope else "",
         scope.version if scope else None,
+        None,
     )
 
 
 def _link(link: Link) -> Wire:
     ctx = link.context
-    return (*split(ctx.trace_id), ctx.span_id, int(ctx.trace_flags), dict(link.attributes or {}))
+    return (f"{ctx.trace_id:032x}", ctx.span_id, int(ctx.trace_flags), dict(link.attributes or {}))
 
 
 class ShippingProcessor(SpanProcessor):

@@ -22,9 +22,12 @@ import logging
 import os
 import socket
 import sys
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextvars import Token
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import (
@@ -42,7 +45,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from runtime.errors import ConfigurationError, one_line
 from runtime.models import Job, NewJob
-from runtime.process.light_spans import LightTracer
+from runtime.process.light_spans import LightTracer, Run
 
 log = logging.getLogger(__name__)
 
@@ -165,10 +168,33 @@ def document_span(
             raise
 
 
+def current(span: Span) -> contextlib.AbstractContextManager[None]:
+    """``span`` as the current span in a block: what ``trace.use_span`` does when it
+    neither ends the span nor records exceptions, without its generator (paid per run)."""
+    return _Current(trace.set_span_in_context(span))
+
+
+class _Current(contextlib.AbstractContextManager[None]):
+    __slots__ = ("_context", "_token")
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+        self._token: Token[Context] | None = None
+
+    def __enter__(self) -> None:
+        self._token = otel_context.attach(self._context)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            otel_context.detach(self._token)
+
+
 def annotate(span: Span, values: Mapping[str, Value | None]) -> None:
     """Set ``ragline.<key>`` attributes on ``span`` (nothing when it does not record)."""
     if span.is_recording():
-        span.set_attributes(attributes(values))
+        for key, value in values.items():
+            if value is not None:
+                span.set_attribute(PREFIX + key, value)
 
 
 def event(span: Span, name: str, **values: Value | None) -> None:
@@ -187,15 +213,21 @@ def failed(span: Span, exc: BaseException | str) -> None:
 # -- the engine's spans ---------------------------------------------------------------------
 
 
-def _run(job: Job) -> dict[str, Value]:
+def run_attributes(
+    stage: str, attempt: int, document_id: uuid.UUID, job_id: int, generation: int
+) -> dict[str, Value]:
     """A run's attributes at its start (a few: each one costs, docs/tracing.md)."""
     return {
-        "ragline.stage": job.stage,
-        "ragline.attempt": job.attempts,
-        "ragline.document.id": str(job.document_id),
-        "ragline.job.id": job.id,
-        "ragline.generation": job.generation,
+        "ragline.stage": stage,
+        "ragline.attempt": attempt,
+        "ragline.document.id": str(document_id),
+        "ragline.job.id": job_id,
+        "ragline.generation": generation,
     }
+
+
+def run_of(job: Job) -> Run:
+    return job.stage, job.attempts, job.document_id, job.id, job.generation
 
 
 class JobSpans:
@@ -228,8 +260,7 @@ class JobSpans:
             # based) sampler here, after the SDK's work for a span that records nothing.
             return NonRecordingSpan(remote(ids))
         if self.light is not None:
-            run = (ids[0], ids[1], True)
-            return self.light.start_child(f"stage {job.stage}", run, SpanKind.CONSUMER, _run(job))
+            return self.light.start_run(f"stage {job.stage}", job.trace_context, run_of(job))
         return self._start(job, trace.set_span_in_context(NonRecordingSpan(remote(ids))))
 
     def _start(self, job: Job, parent: Context) -> Span:
@@ -237,7 +268,10 @@ class JobSpans:
             return trace.get_current_span(parent)
         assert self.tracer is not None
         return self.tracer.start_span(
-            f"stage {job.stage}", context=parent, kind=SpanKind.CONSUMER, attributes=_run(job)
+            f"stage {job.stage}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes=run_attributes(*run_of(job)),
         )
 
     def live(self) -> bool:
