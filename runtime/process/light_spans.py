@@ -138,7 +138,7 @@ class LightSpan(Span):
         self._trace_state = trace_state
         self._kind = kind
         self._run = run
-        self._span_id = new_span_id()
+        self._span_id = random.getrandbits(64) or new_span_id()
         self._attributes: dict[str, Any] = dict(attributes) if attributes else {}
         self._events: list[tuple[str, int, dict[str, Any]]] | tuple[()] = ()
         self._status = 0

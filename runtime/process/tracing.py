@@ -250,7 +250,7 @@ class JobSpans:
         """The run's span. Which process ran it is the resource's ``host.name`` and
         ``process.pid`` (:func:`process_resource`): the same for every span a worker
         exports, so not repeated on each (attributes are most of a span's cost)."""
-        if job.trace_context is None or not self.live():
+        if job.trace_context is None or (self.light is None and not self.live()):
             return INVALID_SPAN
         ids = engine_ids(job.trace_context)
         if ids is None:
@@ -260,7 +260,8 @@ class JobSpans:
             # based) sampler here, after the SDK's work for a span that records nothing.
             return NonRecordingSpan(remote(ids))
         if self.light is not None:
-            return self.light.start_run(f"stage {job.stage}", job.trace_context, run_of(job))
+            run = job.stage, job.attempts, job.document_id, job.id, job.generation
+            return self.light.start_run(f"stage {job.stage}", job.trace_context, run)
         return self._start(job, trace.set_span_in_context(NonRecordingSpan(remote(ids))))
 
     def _start(self, job: Job, parent: Context) -> Span:
