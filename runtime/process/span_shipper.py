@@ -20,6 +20,7 @@ import contextlib
 import logging
 import os
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -227,6 +228,12 @@ class Shipper:
         finally:
             killer.cancel()
             self._stdout.close()
+        if self.proc.returncode == -signal.SIGKILL:
+            log.warning(
+                "tracing: the span exporter process did not finish within "
+                "OTEL_BSP_EXPORT_TIMEOUT (%g s); the spans it still held are lost",
+                self.settings.timeout_s,
+            )
         if self.dropped:
             log.warning("tracing: %d spans were dropped, not exported", self.dropped)
 

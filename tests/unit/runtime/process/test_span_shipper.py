@@ -115,3 +115,18 @@ def test_libraries_spans_and_roots_are_the_sdks_and_are_exported_too(
     assert by_name["GET"].parent_span_id == by_name["submit"].span_id
     assert by_name["submit"].attributes == {"ragline.filename": "a.pdf"}
     assert by_name["submit"].resource["service.name"] == "ragline"
+
+
+def test_a_hung_exporter_is_killed_at_the_export_timeout(
+    collector: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    provider = provider_for(collector, OTEL_BSP_EXPORT_TIMEOUT="1000")
+    assert provider.force_flush()
+    provider.shipper.proc.send_signal(signal.SIGSTOP)  # alive, reading nothing
+    runs(provider, 10)
+    with caplog.at_level(logging.WARNING, "runtime.process.span_shipper"):
+        assert not provider.force_flush(200)
+        provider.shutdown()  # returns: the exporter process is killed, not waited for
+    assert provider.shipper.proc.returncode == -signal.SIGKILL
+    assert "did not finish within OTEL_BSP_EXPORT_TIMEOUT (1 s)" in caplog.text
+    assert collector.received() == []
