@@ -118,6 +118,9 @@ SELECT id, $1, 1, '00-' || md5(id::text) || '-' || left(md5(random()::text), 16)
 FROM documents
 """
 
+# The stage runs of sampled documents: what the receiver must have got for a run.
+SAMPLED_RUNS_SQL = "SELECT count(*) FROM stage_jobs WHERE trace_context LIKE '%-01'"
+
 # History: finished jobs spread over the documents and stages, in one statement.
 SEED_FINISHED_SQL = """
 WITH docs AS (SELECT array_agg(id) AS ids FROM documents)
@@ -511,12 +514,14 @@ def traced_runner(
     tracer: Tracer | None,
     cpu_us: dict[int, list[float]],
     flush: Callable[[], object] = lambda: None,
+    received: Callable[[], int] | None = None,
 ) -> Runner:
     """Section 1's ragline run, its spans going to ``tracer`` (None: tracing off); then
     ``flush`` (an exporter's backlog, outside the time measured, not into the next run).
-    Appends this process's CPU µs per hop, the flush's included (the exporter's thread is
-    this process's too), to ``cpu_us[slots]``: on a busy machine a steadier figure than
-    hops/s, since others' load moves wall time far more than CPU time."""
+    Appends this process's CPU µs per hop, the flush's included, to ``cpu_us[slots]``: on
+    a busy machine a steadier figure than hops/s, since others' load moves wall time far
+    more than CPU time. ``received``: the receiver's count of spans, which must have grown
+    by the sampled runs (none lost)."""
 
     async def run(dsn: str, docs: int, slots: int) -> None:
         config = WorkerConfig(
@@ -526,17 +531,27 @@ def traced_runner(
             poll_s=THROUGHPUT_POLL_S,
             trace=tracer is not None,
         )
+        before = received() if received else 0
         started = time.process_time()
         await Worker(noop_pipeline(), dsn, config, tracer=tracer or TRACER).run()
         await anyio.to_thread.run_sync(flush)
         used_s = time.process_time() - started
         cpu_us.setdefault(slots, []).append(used_s * 1e6 / (len(STAGES) * docs))
+        if received is not None:
+            await check_received(dsn, received() - before)
 
     return run
 
 
+async def check_received(dsn: str, got: int) -> None:
+    async with connection(dsn) as conn:
+        runs: int = await conn.fetchval(SAMPLED_RUNS_SQL)
+    if got != runs:
+        raise RuntimeError(f"the receiver got {got} spans for {runs} sampled stage runs")
+
+
 async def section_trace(dsn: str, opts: Options) -> None:
-    from bench.harness.otlp import exporting_provider, receiver_process
+    from bench.harness.otlp import cpu_s, exporting_provider, receiver_process
 
     heading(
         f"4. Tracing: section 1's pipeline, {opts.docs} documents each in a trace of its own "
@@ -545,25 +560,29 @@ async def section_trace(dsn: str, opts: Options) -> None:
     )
     print(
         "off: WorkerConfig(trace=False), no span at all; no exporter: the opentelemetry API "
-        "with no SDK (a plain install, or OTEL_TRACES_EXPORTER=none); OTLP exporter: the "
-        "SDK, BatchSpanProcessor, OTLP/HTTP to a receiver process on this host; sampled: "
+        "with no SDK (a plain install, or OTEL_TRACES_EXPORTER=none); OTLP exporter: what "
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT sets up (runtime.process.tracing."
+        "exporting_provider: spans shipped to an exporter process running the SDK's "
+        "OTLP/HTTP exporter) to a receiver process on this host, every span counted; sampled: "
         "the same, the documents' roots sampled at that ratio (the runs follow their parent)"
     )
     cpu: list[dict[int, list[float]]] = [{}, {}, {}, {}]
     with receiver_process() as receiver:
         provider = exporting_provider(receiver.url)
+        exporter_pid = provider.shipper.proc.pid
         sdk = provider.get_tracer("ragline")
         contenders = (
             traced_runner(None, cpu[0]),
             traced_runner(TRACER, cpu[1]),
-            traced_runner(sdk, cpu[2], provider.force_flush),
-            traced_runner(sdk, cpu[3], provider.force_flush),
+            traced_runner(sdk, cpu[2], provider.force_flush, receiver.count),
+            traced_runner(sdk, cpu[3], provider.force_flush, receiver.count),
         )
         try:
             off, noop, exported, sampled = await throughput(
                 dsn, opts, contenders, [1.0, 1.0, 1.0, TRACE_SAMPLED]
             )
         finally:
+            exporter_cpu_s = cpu_s(exporter_pid)
             provider.shutdown()
         received = receiver.count()
     trace_table(opts, off, noop, exported, sampled)
@@ -576,8 +595,10 @@ async def section_trace(dsn: str, opts: Options) -> None:
     trace_table(opts, *inverse, show=lambda v: f"{1e6 / v:.0f}")
     runs = len(opts.slots) * opts.repeat * len(STAGES) * opts.docs
     print(
-        f"spans the receiver got: {received:,} for {runs:,} stage runs exported in full "
-        f"and {runs:,} sampled at {TRACE_SAMPLED:g}"
+        f"spans the receiver got: {received:,}, each run's exactly its sampled stage runs "
+        f"({runs:,} exported in full, {runs:,} sampled at {TRACE_SAMPLED:g}); the exporter "
+        f"process's CPU (beside the worker's, not counted above): {exporter_cpu_s:.1f} s, "
+        f"{exporter_cpu_s * 1e6 / max(received, 1):.0f} µs a span"
     )
 
 

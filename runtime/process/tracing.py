@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import logging
 import os
 import socket
 import sys
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextvars import Token
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import (
@@ -41,6 +45,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from runtime.errors import ConfigurationError, one_line
 from runtime.models import Job, NewJob
+from runtime.process.light_spans import LightTracer, Run
 
 log = logging.getLogger(__name__)
 
@@ -72,26 +77,34 @@ def traceparent_of(span: Span) -> str | None:
     return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
 
 
+def engine_ids(traceparent: str) -> tuple[int, int, int] | None:
+    """The trace id, span id and flags of the engine's own ``00-<32 hex>-<16 hex>-<2 hex>``
+    (read by slicing: a fifth of the propagator's cost, paid per job run); None for
+    anything else, or ids that are not valid."""
+    if len(traceparent) != 55 or not traceparent.startswith("00-"):
+        return None
+    try:
+        ids = int(traceparent[3:35], 16), int(traceparent[36:52], 16), int(traceparent[53:55], 16)
+    except ValueError:
+        return None
+    return ids if ids[0] and ids[1] else None
+
+
 def parent_of(traceparent: str) -> Context:
     """The context whose span is the (remote) parent that ``traceparent`` names; an
-    unreadable value gives an empty context (a new trace), never an error.
-
-    The engine's own ``00-<32 hex>-<16 hex>-<2 hex>`` is read by slicing (a fifth of the
-    propagator's cost, paid per job run); anything else goes through the propagator."""
-    if len(traceparent) == 55 and traceparent.startswith("00-"):
-        try:
-            ids = SpanContext(
-                trace_id=int(traceparent[3:35], 16),
-                span_id=int(traceparent[36:52], 16),
-                is_remote=True,
-                trace_flags=TraceFlags(int(traceparent[53:55], 16)),
-            )
-        except ValueError:
-            return Context()
-        if ids.is_valid:
-            return trace.set_span_in_context(NonRecordingSpan(ids))
+    unreadable value gives an empty context (a new trace), never an error."""
+    ids = engine_ids(traceparent)
+    if ids is not None:
+        return trace.set_span_in_context(NonRecordingSpan(remote(ids)))
+    if traceparent.startswith("00-") and len(traceparent) == 55:
         return Context()
     return _W3C.extract({"traceparent": traceparent})
+
+
+def remote(ids: tuple[int, int, int]) -> SpanContext:
+    return SpanContext(
+        trace_id=ids[0], span_id=ids[1], is_remote=True, trace_flags=TraceFlags(ids[2])
+    )
 
 
 def sampled(parent: Context) -> bool:
@@ -155,10 +168,33 @@ def document_span(
             raise
 
 
+def current(span: Span) -> contextlib.AbstractContextManager[None]:
+    """``span`` as the current span in a block: what ``trace.use_span`` does when it
+    neither ends the span nor records exceptions, without its generator (paid per run)."""
+    return _Current(trace.set_span_in_context(span))
+
+
+class _Current(contextlib.AbstractContextManager[None]):
+    __slots__ = ("_context", "_token")
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+        self._token: Token[Context] | None = None
+
+    def __enter__(self) -> None:
+        self._token = otel_context.attach(self._context)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            otel_context.detach(self._token)
+
+
 def annotate(span: Span, values: Mapping[str, Value | None]) -> None:
     """Set ``ragline.<key>`` attributes on ``span`` (nothing when it does not record)."""
     if span.is_recording():
-        span.set_attributes(attributes(values))
+        for key, value in values.items():
+            if value is not None:
+                span.set_attribute(PREFIX + key, value)
 
 
 def event(span: Span, name: str, **values: Value | None) -> None:
@@ -177,6 +213,23 @@ def failed(span: Span, exc: BaseException | str) -> None:
 # -- the engine's spans ---------------------------------------------------------------------
 
 
+def run_attributes(
+    stage: str, attempt: int, document_id: uuid.UUID, job_id: int, generation: int
+) -> dict[str, Value]:
+    """A run's attributes at its start (a few: each one costs, docs/tracing.md)."""
+    return {
+        "ragline.stage": stage,
+        "ragline.attempt": attempt,
+        "ragline.document.id": str(document_id),
+        "ragline.job.id": job_id,
+        "ragline.generation": generation,
+    }
+
+
+def run_of(job: Job) -> Run:
+    return job.stage, job.attempts, job.document_id, job.id, job.generation
+
+
 class JobSpans:
     """Opens the span of each job run, parented by the context its job carries.
 
@@ -189,38 +242,53 @@ class JobSpans:
     def __init__(self, tracer: Tracer | None, worker_id: str) -> None:
         self.tracer = tracer
         self.worker_id = worker_id
+        #: The light tracer a run's span comes from directly (no context built for its
+        #: parent), when ``tracer`` is one (or the global one resolves to one).
+        self.light = tracer if isinstance(tracer, LightTracer) else None
 
     def start(self, job: Job) -> Span:
         """The run's span. Which process ran it is the resource's ``host.name`` and
         ``process.pid`` (:func:`process_resource`): the same for every span a worker
         exports, so not repeated on each (attributes are most of a span's cost)."""
-        if job.trace_context is None or not self.live():
+        if job.trace_context is None or (self.light is None and not self.live()):
             return INVALID_SPAN
-        assert self.tracer is not None
-        parent = parent_of(job.trace_context)
-        if not sampled(parent):
+        ids = engine_ids(job.trace_context)
+        if ids is None:
+            return self._start(job, parent_of(job.trace_context))
+        if not ids[2] & TraceFlags.SAMPLED:
             # The root's sampler left the document out: so would the default (parent-
             # based) sampler here, after the SDK's work for a span that records nothing.
+            return NonRecordingSpan(remote(ids))
+        if self.light is not None:
+            run = job.stage, job.attempts, job.document_id, job.id, job.generation
+            return self.light.start_run(f"stage {job.stage}", job.trace_context, run)
+        return self._start(job, trace.set_span_in_context(NonRecordingSpan(remote(ids))))
+
+    def _start(self, job: Job, parent: Context) -> Span:
+        if not sampled(parent):
             return trace.get_current_span(parent)
+        assert self.tracer is not None
         return self.tracer.start_span(
             f"stage {job.stage}",
             context=parent,
             kind=SpanKind.CONSUMER,
-            attributes={
-                "ragline.stage": job.stage,
-                "ragline.attempt": job.attempts,
-                "ragline.document.id": str(job.document_id),
-                "ragline.job.id": job.id,
-                "ragline.generation": job.generation,
-            },
+            attributes=run_attributes(*run_of(job)),
         )
 
     def live(self) -> bool:
         """Whether spans may record: a tracer of its own, or the global one once an SDK
         provider is set (before that, a run's context is not even read)."""
-        if self.tracer is TRACER:
-            return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-        return self.tracer is not None
+        if self.tracer is not TRACER:
+            return self.tracer is not None
+        if self.light is not None:
+            return True
+        provider = trace.get_tracer_provider()
+        if isinstance(provider, trace.ProxyTracerProvider):
+            return False
+        # Set once per process: the tracer it gives ragline's scope is settled now.
+        real = provider.get_tracer(SCOPE)
+        self.light = real if isinstance(real, LightTracer) else None
+        return True
 
     @contextlib.asynccontextmanager
     async def provider_call(
@@ -300,26 +368,39 @@ def configure(env: Mapping[str, str] | None = None) -> Callable[[], None]:
     traced.
     """
     env = os.environ if env is None else env
+    provider = exporting_provider(env)
+    if provider is None:
+        return _nothing
+    trace.set_tracer_provider(provider)
+    shutdown: Callable[[], None] = provider.shutdown
+    return shutdown
+
+
+def exporting_provider(env: Mapping[str, str]) -> Any:
+    """The SDK provider the ``OTEL_*`` variables of ``env`` ask for (None: none, or no SDK
+    installed), not yet installed as the global one.
+
+    Its exporters run in a process of their own, which the provider's spans are shipped
+    to in batches (:mod:`runtime.process.span_shipper`); ragline's own spans under a
+    sampled parent (a stage run, its provider calls) are recorded as light spans
+    (:mod:`runtime.process.light_spans`). The exporters are checked here, so that a
+    wrong name stops the command before anything starts.
+    """
     names = exporter_names(env)
     if not names:
-        return _nothing
+        return None
     try:
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from runtime.process.span_shipper import exporting_provider as shipping
     except ImportError:
         log.warning(
             "OTEL_* variables ask for traces (%s) but the OpenTelemetry SDK is not "
             "installed: pip install 'ragline[otel]'; tracing stays off",
             ",".join(names),
         )
-        return _nothing
-    exporters = [exporter(name, env) for name in names]
-    provider = TracerProvider(resource=Resource.create(process_resource(env)))
-    for one in exporters:
-        provider.add_span_processor(BatchSpanProcessor(one))
-    trace.set_tracer_provider(provider)
-    return provider.shutdown
+        return None
+    for name in names:
+        check_exporter(name, env)
+    return shipping(process_resource(env), names, env, light=(SCOPE,))
 
 
 def process_resource(env: Mapping[str, str]) -> dict[str, Value]:
@@ -339,11 +420,24 @@ def exporter(name: str, env: Mapping[str, str]) -> Any:
     (stderr: stdout is the commands' own), or any package's
     ``opentelemetry_traces_exporter`` entry point."""
     if name == "otlp":
-        return _otlp(env)
+        return importlib.import_module(_otlp_module(env)).OTLPSpanExporter()
     if name == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
         return ConsoleSpanExporter(out=sys.stderr)
+    return _entry_point(name).load()()
+
+
+def check_exporter(name: str, env: Mapping[str, str]) -> None:
+    """Raise :class:`ConfigurationError` unless :func:`exporter` can build ``name``
+    (without building it: that is the exporter process's work)."""
+    if name == "otlp":
+        _otlp_module(env)
+    elif name != "console":
+        _entry_point(name)
+
+
+def _entry_point(name: str) -> Any:
     from importlib.metadata import entry_points
 
     found = entry_points(group="opentelemetry_traces_exporter", name=name)
@@ -352,10 +446,10 @@ def exporter(name: str, env: Mapping[str, str]) -> Any:
             f"OTEL_TRACES_EXPORTER: unknown exporter {name!r} (otlp, console, none, or an "
             "installed package's opentelemetry_traces_exporter entry point)"
         )
-    return next(iter(found)).load()()
+    return next(iter(found))
 
 
-def _otlp(env: Mapping[str, str]) -> Any:
+def _otlp_module(env: Mapping[str, str]) -> str:
     protocol = (
         env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
         or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
@@ -367,11 +461,14 @@ def _otlp(env: Mapping[str, str]) -> Any:
             f"OTEL_EXPORTER_OTLP_PROTOCOL: {protocol!r} is not one of http/protobuf, grpc"
         )
     kind = modules[protocol]
+    module = f"opentelemetry.exporter.otlp.proto.{kind}.trace_exporter"
     try:
-        module = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{kind}.trace_exporter")
-    except ImportError as exc:
+        found = importlib.util.find_spec(module)
+    except ImportError:
+        found = None
+    if found is None:
         raise ConfigurationError(
             f"the OTLP exporter over {protocol} is not installed: pip install "
             f"opentelemetry-exporter-otlp-proto-{kind} (http/protobuf: 'ragline[otel]')"
-        ) from exc
-    return module.OTLPSpanExporter()
+        )
+    return module

@@ -16,7 +16,7 @@ from runtime.db.errors import CONNECTION_ERRORS, is_storage_full
 from runtime.errors import LeaseLost, Snooze, StageError, one_line
 from runtime.models import Failure
 from runtime.process import metrics
-from runtime.process.tracing import event
+from runtime.process.tracing import current, event
 from runtime.providers.backoff import Reconnect
 from runtime.worker.inflight import InFlight
 from runtime.worker.outcome import (
@@ -82,7 +82,7 @@ class Executor:
         library's own spans, nest under it); nothing to do for a span that records nothing."""
         if not span.is_recording():
             return contextlib.nullcontext()
-        return trace.use_span(span, record_exception=False, set_status_on_exception=False)
+        return current(span)
 
     async def execute(self, flight: InFlight) -> Outcome:
         with flight.scope:

@@ -69,7 +69,9 @@ def test_a_document_in_three_worker_processes_is_one_trace(
             "OTEL_TRACES_EXPORTER": "otlp",
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": collector.url,
             "OTEL_SERVICE_NAME": "ragline-test-worker",
-            "OTEL_BSP_SCHEDULE_DELAY": "100",
+            # A delay no run reaches: every span arrives in the flush a SIGTERM'd worker
+            # makes on its way out (through its exporter process).
+            "OTEL_BSP_SCHEDULE_DELAY": "600000",
             # chunk fails its first attempt (an unclassified error: counted, retried)
             "RAGLINE_TEST_FAIL": "chunk=crash",
             "RAGLINE_TEST_FAIL_CALLS": "chunk=1",

@@ -1,21 +1,34 @@
-"""One trace per document, on the in-memory job store and the SDK's in-memory exporter:
-the submission's span is the parent of every stage run, the provider calls are the runs'
-children, and retries, deferrals and lost leases are events of the runs they ended."""
+"""One trace per document, on the in-memory job store: the submission's span is the
+parent of every stage run, the provider calls are the runs' children, and retries,
+deferrals and lost leases are events of the runs they ended.
+
+Each test runs twice: on a provider of the test's own with the SDK's in-memory exporter
+(what an application that sets up the SDK itself gets), and on the provider the
+``OTEL_*`` variables set up (light spans, shipped to an exporter process, exported over
+OTLP/HTTP to a real receiver), read back from what the receiver got."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.lowlevel
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import NoOpTracer, StatusCode, Tracer
+from opentelemetry.trace import (
+    NoOpTracer,
+    SpanContext,
+    Status,
+    StatusCode,
+    TraceFlags,
+    Tracer,
+)
 
+from bench.harness.otlp import ReceivedSpan, Receiver, receiver
 from runtime.errors import ConfigurationError, TransientError
 from runtime.jobs.in_memory import LONG_AGO, MemoryStore
 from runtime.models import Job, JobState, NewJob
@@ -29,15 +42,66 @@ pytestmark = pytest.mark.anyio
 PROVIDER = "acme/model-1"
 
 
-@pytest.fixture
-def exported() -> Iterator[tuple[Tracer, InMemorySpanExporter]]:
+class Finished(Protocol):
+    def get_finished_spans(self) -> tuple[ReadableSpan, ...]: ...
+
+    def clear(self) -> None: ...
+
+
+class Received:
+    """What a real OTLP receiver got from the exporter process, once flushed, as the
+    SDK's spans (the fields these tests read)."""
+
+    def __init__(self, provider: Any, collector: Receiver) -> None:
+        self.provider = provider
+        self.collector = collector
+        self.skip = 0
+
+    def get_finished_spans(self) -> tuple[ReadableSpan, ...]:
+        assert self.provider.force_flush()
+        return tuple(readable(s) for s in self.collector.received()[self.skip :])
+
+    def clear(self) -> None:
+        assert self.provider.force_flush()
+        self.skip = len(self.collector.received())
+
+
+def readable(span: ReceivedSpan) -> ReadableSpan:
+    def ids(trace_id: str, span_id: str) -> SpanContext:
+        # OTLP does not carry the trace flags: every span exported was sampled.
+        return SpanContext(int(trace_id, 16), int(span_id, 16), False, TraceFlags(1))
+
+    parent = span.parent_span_id
+    return ReadableSpan(
+        name=span.name,
+        context=ids(span.trace_id, span.span_id),
+        parent=ids(span.trace_id, parent) if parent else None,
+        attributes=span.attributes,
+        events=[Event(e.name, e.attributes) for e in span.events],
+        status=Status(StatusCode(span.status)),
+        start_time=span.start_ns,
+    )
+
+
+@pytest.fixture(params=["in-memory", "otlp"])
+def exported(request: pytest.FixtureRequest) -> Iterator[tuple[Tracer, Finished]]:
+    if request.param == "otlp":
+        with receiver() as collector:
+            provider = tracing.exporting_provider(
+                {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": collector.url}
+            )
+            try:
+                yield provider.get_tracer(tracing.SCOPE), Received(provider, collector)
+            finally:
+                provider.shutdown()
+        return
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    sdk = TracerProvider()
+    sdk.add_span_processor(SimpleSpanProcessor(exporter))
     try:
-        yield provider.get_tracer(tracing.SCOPE), exporter
+        yield sdk.get_tracer(tracing.SCOPE), exporter
     finally:
-        provider.shutdown()
+        sdk.shutdown()
 
 
 class Step:
@@ -120,7 +184,7 @@ def parent_id(span: ReadableSpan) -> int | None:
 
 
 async def test_a_document_is_one_trace_with_a_span_per_stage_run(
-    exported: tuple[Tracer, InMemorySpanExporter],
+    exported: tuple[Tracer, Finished],
 ) -> None:
     tracer, exporter = exported
     store = MemoryStore()
@@ -161,7 +225,7 @@ async def test_a_document_is_one_trace_with_a_span_per_stage_run(
 
 
 async def test_a_deferral_and_a_lost_lease_are_events_of_their_runs(
-    exported: tuple[Tracer, InMemorySpanExporter],
+    exported: tuple[Tracer, Finished],
 ) -> None:
     tracer, exporter = exported
     store = MemoryStore()
@@ -188,7 +252,7 @@ async def test_a_deferral_and_a_lost_lease_are_events_of_their_runs(
 
 
 async def test_the_rescuer_records_a_dead_workers_lost_lease_in_the_trace(
-    exported: tuple[Tracer, InMemorySpanExporter],
+    exported: tuple[Tracer, Finished],
 ) -> None:
     tracer, exporter = exported
     store = MemoryStore()
@@ -206,7 +270,7 @@ async def test_the_rescuer_records_a_dead_workers_lost_lease_in_the_trace(
 
 
 async def test_no_span_without_a_context_or_with_tracing_off(
-    exported: tuple[Tracer, InMemorySpanExporter],
+    exported: tuple[Tracer, Finished],
 ) -> None:
     tracer, exporter = exported
     store = MemoryStore()
@@ -220,7 +284,7 @@ async def test_no_span_without_a_context_or_with_tracing_off(
 
 
 async def test_a_job_enqueued_outside_any_span_gets_a_trace_of_its_own(
-    exported: tuple[Tracer, InMemorySpanExporter],
+    exported: tuple[Tracer, Finished],
 ) -> None:
     tracer, exporter = exported
     given = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -232,8 +296,10 @@ async def test_a_job_enqueued_outside_any_span_gets_a_trace_of_its_own(
     [root] = exporter.get_finished_spans()
     assert root.name == "enqueue parse" and root.parent is None
     ids = root.context
-    flags = int(ids.trace_flags)
-    assert contexts == [f"00-{ids.trace_id:032x}-{ids.span_id:016x}-{flags:02x}", given]
+    made, kept = contexts
+    assert kept == given
+    assert made is not None and made[:52] == f"00-{ids.trace_id:032x}-{ids.span_id:016x}"
+    assert int(made[53:], 16) & TraceFlags.SAMPLED
     # With no SDK (the API's no-op tracer) there is nothing to carry.
     assert tracing.contexts_for(jobs[:1], NoOpTracer()) == [None]
 
@@ -262,7 +328,7 @@ def test_a_bad_traceparent_starts_a_new_trace_instead_of_failing() -> None:
 
 
 async def test_a_document_left_out_at_its_root_opens_no_span_in_the_workers(
-    exported: tuple[Tracer, InMemorySpanExporter],
+    exported: tuple[Tracer, Finished],
 ) -> None:
     tracer, exporter = exported
     store = MemoryStore()

@@ -1,0 +1,164 @@
+"""The exporter process of a traced ragline process: ``python -m runtime.process.span_exporter``,
+started by :class:`runtime.process.span_shipper.Shipper`, reading its frames on stdin.
+
+It turns each shipped span back into the SDK's ``ReadableSpan`` and hands it to the SDK's
+exporters the ``OTEL_TRACES_EXPORTER`` names (OTLP over the ``OTEL_EXPORTER_OTLP_*``
+variables, console, entry points), so what a collector receives is what the SDK in the
+worker would have sent; the encoding and the HTTP round trips cost this process's CPU,
+not the worker's. A reader thread keeps the pipe drained while an export is under way.
+It ignores SIGINT and SIGTERM (a terminal's Ctrl-C reaches the whole process group: the
+worker flushes through it on the way out) and ends when its stdin does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import IO
+
+import msgspec
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from runtime.process.light_spans import WireLink, WireSpan
+from runtime.process.span_shipper import FLUSH, HELLO, LENGTH, SEQ, SPANS, BatchSettings, Hello
+from runtime.process.tracing import exporter, run_attributes
+
+log = logging.getLogger("ragline.span_exporter")
+
+_spans = msgspec.msgpack.Decoder(list[WireSpan]).decode
+_hello = msgspec.msgpack.Decoder(Hello).decode
+#: What the reader hands the exporting loop: spans, a flush's sequence number, or None at
+#: the end of the input.
+Item = list[WireSpan] | int | None
+
+
+def read_frames(stream: IO[bytes], out: queue.SimpleQueue[Item]) -> None:
+    """Frames from ``stream`` to ``out`` until it ends (then None)."""
+    try:
+        while header := stream.read(LENGTH.size):
+            if len(header) < LENGTH.size:
+                break
+            body = stream.read(LENGTH.unpack(header)[0])
+            kind, payload = body[:1], body[1:]
+            if kind == SPANS:
+                out.put(_spans(payload))
+            elif kind == FLUSH:
+                out.put(SEQ.unpack(payload)[0])
+    finally:
+        out.put(None)
+
+
+def context_of(trace_id: str, span_id: int, flags: int, remote: bool = False) -> SpanContext:
+    return SpanContext(int(trace_id, 16), span_id, remote, TraceFlags(flags))
+
+
+def readable(span: WireSpan, resource: Resource) -> ReadableSpan:
+    """The SDK's span for one shipped span."""
+    parent = (
+        context_of(span.trace_id, int(span.parent_id, 16), span.flags, span.parent_remote)
+        if span.parent_id
+        else None
+    )
+    attributes = span.attributes
+    if span.run is not None:
+        attributes = {**run_attributes(*span.run), **attributes}
+    return ReadableSpan(
+        name=span.name,
+        context=context_of(span.trace_id, span.span_id, span.flags),
+        parent=parent,
+        resource=resource,
+        attributes=attributes,
+        events=[Event(e.name, e.attributes, e.time_ns) for e in span.events],
+        links=[_link(link) for link in span.links],
+        kind=SpanKind(span.kind),
+        status=Status(StatusCode(span.status), span.description),
+        start_time=span.start_ns,
+        end_time=span.end_ns,
+        instrumentation_scope=InstrumentationScope(span.scope, span.scope_version),
+    )
+
+
+def _link(link: WireLink) -> Link:
+    return Link(context_of(link.trace_id, link.span_id, link.flags), link.attributes)
+
+
+class Exporting:
+    """The loop: export what arrives, in batches of at most ``batch``; answer flushes."""
+
+    def __init__(self, exporters: Sequence[SpanExporter], resource: Resource, answers: IO[bytes]):
+        self.exporters = exporters
+        self.resource = resource
+        self.answers = answers
+        self.batch = BatchSettings.from_env(os.environ).batch
+
+    def run(self, items: queue.SimpleQueue[Item]) -> None:
+        pending: list[ReadableSpan] = []
+        while True:
+            item = items.get()
+            while True:  # take what else is there before exporting
+                if isinstance(item, list):
+                    pending += [readable(s, self.resource) for s in item]
+                    if len(pending) >= self.batch:
+                        pending = self.export(pending)
+                elif isinstance(item, int):
+                    pending = self.export(pending)
+                    self.answer(item)
+                else:
+                    self.export(pending)
+                    return
+                if items.empty():
+                    break
+                item = items.get()
+            pending = self.export(pending)
+
+    def export(self, spans: list[ReadableSpan]) -> list[ReadableSpan]:
+        for start in range(0, len(spans), self.batch):
+            chunk = spans[start : start + self.batch]
+            for one in self.exporters:
+                try:
+                    one.export(chunk)
+                except Exception:
+                    log.exception("tracing: exporting %d spans failed", len(chunk))
+        return []
+
+    def answer(self, seq: int) -> None:
+        try:
+            self.answers.write(SEQ.pack(seq))
+            self.answers.flush()
+        except OSError:
+            pass
+
+
+def main(stdin: IO[bytes] = sys.stdin.buffer, stdout: IO[bytes] = sys.stdout.buffer) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="ragline: %(message)s")
+    header = stdin.read(LENGTH.size)
+    if len(header) < LENGTH.size:
+        return 0
+    body = stdin.read(LENGTH.unpack(header)[0])
+    if body[:1] != HELLO:
+        log.error("tracing: the span exporter got no hello frame")
+        return 2
+    hello = _hello(body[1:])
+    exporters = [exporter(name, os.environ) for name in hello.exporters]
+    items: queue.SimpleQueue[Item] = queue.SimpleQueue()
+    reader = threading.Thread(target=read_frames, args=(stdin, items), daemon=True)
+    reader.start()
+    Exporting(exporters, Resource(hello.resource), stdout).run(items)
+    for one in exporters:
+        one.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
