@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from runtime.plugin import BuildContext, Plugin
     from runtime.process import metrics
     from runtime.process.cpu import inference_limiter, inference_slots, usable_cores
-    from runtime.process.heap import keep_in_heap_below, release_free_heap
+    from runtime.process.heap import release_free_heap
     from runtime.process.names import escape_name
     from runtime.process.tracing import annotate, document_span, traceparent_of
     from runtime.providers.gate import Providers

@@ -4,14 +4,16 @@ read from ``/proc/self/status`` before and after (issue 38, item 4).
 ``python -m bench.harness.model_memory PART`` prints one JSON object; bench.default_path
 runs every part and prints the table. Parts:
 
-- ``imports``: the interpreter with the pipeline, PyMuPDF, onnxruntime, tokenizers and
-  qdrant-edge imported, nothing loaded (every part starts from there: ``base_mb``);
-- ``embedder``: the local embedder's session loaded, then runs of 4 texts of 256 tokens
-  (the longest a chunk is) on one thread, as ingest runs them;
+- ``imports``: the interpreter with what an ingest worker imports (the pipeline,
+  onnxruntime, tokenizers, qdrant-edge, RapidOCR with OpenCV; not PyMuPDF, which only
+  the parser process loads), nothing loaded (every part starts from there: ``base_mb``);
+- ``embedder``: the local embedder's session loaded, then runs of ``inner_batch`` texts
+  of 256 tokens (the longest a chunk is) on one thread, as ingest runs them;
 - ``embedder-unfolded``: the same with onnxruntime's constant folding off (the model ships
   int8 weights with a Cast and a Mul each; folding makes float32 copies at load);
-- ``ocr``: a RapidOCR engine loaded, then one detection pass over a 960 x 960 page (the
-  detector's largest input: ``LocalOCRConfig.det_max_side``) and a 200 x 200 one.
+- ``ocr``: a RapidOCR engine loaded, then one detection pass over a 200 x 200 page and
+  one over a 960 x 960 page (the detector's largest input: ``LocalOCRConfig.
+  det_max_side``); ``held``: what stays resident after them.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def _embedder(fold: bool) -> dict[str, float]:
     import numpy as np
     import onnxruntime
 
-    from stages.adapters.embedder.local import _default_model_path
+    from stages.adapters.embedder.local import LocalEmbedderConfig, _default_model_path
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 1
@@ -58,9 +60,10 @@ def _embedder(fold: bool) -> dict[str, float]:
     )
     loaded = _rss()
     rng = np.random.default_rng(0)
+    batch = LocalEmbedderConfig().inner_batch
     cpu = time.process_time()
     for _ in range(20):
-        ids = rng.integers(1000, 20000, (4, 256)).astype(np.int64)
+        ids = rng.integers(1000, 20000, (batch, 256)).astype(np.int64)
         feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
         session.run(["last_hidden_state"], {**feeds, "token_type_ids": np.zeros_like(ids)})
     return {
@@ -82,15 +85,23 @@ def _ocr() -> dict[str, float]:
         engine(Image.new("RGB", (200, 200), "white"))
         small = _hwm()
         engine(Image.new("RGB", (960, 960), "white"))
-        return {"load_mb": loaded - before, "small_mb": small - loaded, "runs_mb": _hwm() - loaded}
+        return {
+            "load_mb": loaded - before,
+            "small_mb": small - loaded,
+            "runs_mb": _hwm() - loaded,
+            "held_mb": _rss() - loaded,
+        }
 
 
 def measure(part: str) -> dict[str, Any]:
+    from runtime.process.heap import limit_malloc_arenas
+
+    limit_malloc_arenas()  # the allocator's settings of a worker, set as it starts
     # What a worker running every stage has imported before it loads a model.
     import onnxruntime  # noqa: F401
-    import pymupdf  # noqa: F401
     import qdrant_edge  # noqa: F401
     import tokenizers  # noqa: F401
+    from rapidocr import RapidOCR  # noqa: F401  (OpenCV with it)
 
     import stages.app  # noqa: F401
 

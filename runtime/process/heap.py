@@ -63,35 +63,6 @@ def limit_malloc_arenas(arenas: int = WORKER_ARENAS) -> bool:
     return bool(libc.mallopt(M_ARENA_MAX, arenas))
 
 
-#: What :func:`keep_in_heap_below` raises the mmap threshold to for a local model.
-MODEL_MMAP_THRESHOLD_BYTES = 16 * 1024 * 1024
-
-
-def keep_in_heap_below(nbytes: int = MODEL_MMAP_THRESHOLD_BYTES) -> bool:
-    """Raise the fixed mmap threshold to ``nbytes`` in this process (never lower it);
-    whether it was set (False off glibc or when the environment sets it).
-
-    For a process that runs a local model whose runtime allocates its tensors afresh on
-    every call (RapidOCR's onnxruntime sessions run without an arena): under the worker's
-    128 KiB threshold each tensor was a new mapping, faulted in page by page and unmapped
-    after, and a vision-only worker spent 58 s of system CPU beside 127 s of user CPU on
-    the default-path slice's images. At 16 MiB, two OCR threads over 40 corpus images
-    spent 1.8 s of system CPU instead of 6.8 s, holding ~210 MB more at peak
-    (docs/performance.md).
-    """
-    libc = _glibc()
-    if libc is None or os.environ.get("MALLOC_MMAP_THRESHOLD_"):
-        return False
-    global _mmap_threshold
-    if nbytes <= _mmap_threshold:
-        return False
-    _mmap_threshold = nbytes
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, nbytes))
-
-
-_mmap_threshold = MMAP_THRESHOLD_BYTES
-
-
 #: Free heap left in place after a job: trimmed only past this.
 KEEP_FREE_BYTES = 64 * 1024 * 1024
 

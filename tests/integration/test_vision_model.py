@@ -3,6 +3,8 @@ RapidOCR on images rendered here with real text."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
 import struct
 import time
@@ -245,6 +247,40 @@ async def test_ocr_bad_images_are_permanent_errors(ocr: LocalOCR) -> None:
     # 72 MP: over ragline's 64 MP cap, under Pillow's own bomb warning (89 MP).
     with pytest.raises(PermanentError, match=r"^image: 9000x8000 is over 64000000 pixels"):
         await ocr.describe(png_header_only(9_000, 8_000), "image/png")
+
+
+def test_ocr_engines_share_one_detector_and_recogniser() -> None:
+    ocr = LocalOCR()
+    with ocr._engine() as first, ocr._engine() as second:
+        assert first is not second
+        assert first.text_det is not second.text_det  # RapidOCR's per-call state
+        assert first.text_det.session is second.text_det.session
+        assert first.text_rec.session is second.text_rec.session
+
+
+async def test_ocr_detection_passes_keep_within_their_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RAGLINE_INFERENCE_SLOTS", "4")
+    ocr = LocalOCR()
+    budget = ocr.detection_budget
+    hold = budget.hold
+    held_at_start: list[int] = []
+
+    @contextlib.contextmanager
+    def recorded(pixels: int) -> Iterator[None]:
+        with hold(pixels):
+            held_at_start.append(budget.held)
+            yield
+
+    monkeypatch.setattr(budget, "hold", recorded)
+    # 1,600 x 900: the detector's input is 960 x 544 (522,240 pixels), two of which are
+    # over the budget of one 960 x 960 pass: four such calls at once detect one by one.
+    page = render_text([(30, 60, "Detected one at a time")], width=800, height=450)
+    texts = await asyncio.gather(*(ocr.describe(page, "image/png") for _ in range(4)))
+    assert [words(t) for t in texts] == [words("Detected one at a time")] * 4
+    assert held_at_start == [960 * 544] * 4
+    assert budget.held == 0
 
 
 def test_reading_order_groups_by_line_then_x() -> None:

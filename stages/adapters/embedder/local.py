@@ -42,9 +42,9 @@ class LocalEmbedderConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_batch: int = 64
     #: Texts per onnxruntime run. One: with int8 arithmetic a run's activations are
     #: rounded to 8 bits over the run's own range, so a text alone in its run gets the
-    #: same vector whatever is embedded beside it; and nothing is padded (measured: 1.17x
-    #: the texts per CPU second of runs of 4, docs/performance.md). A call's runs go out
-    #: concurrently, one per free inference slot of the process.
+    #: same vector whatever is embedded beside it; nothing is padded, and a run's arena
+    #: holds one text (1.17x the texts per CPU second of runs of 4, docs/performance.md).
+    #: A call's runs go out concurrently, one per free inference slot of the process.
     inner_batch: int = 1
     #: onnxruntime intra-op threads per run for documents (0: the usable cores). One: the
     #: process runs up to one model run per core at once (:func:`runtime.api.

@@ -5,6 +5,7 @@ only, in reading order."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import threading
 from collections.abc import Iterator, Sequence
@@ -15,11 +16,17 @@ import anyio.to_thread
 import msgspec
 import numpy as np
 
-from runtime.api import inference_limiter, inference_slots, keep_in_heap_below, usable_cores
+from runtime.api import inference_limiter, inference_slots, usable_cores
 from stages.adapters.vision.images import decode_rgb
 
 if TYPE_CHECKING:
     from rapidocr import RapidOCR
+
+
+#: The recogniser's runs over more than this many pixels (2 lines of 48 x 500) hand their
+#: arena back; narrower ones, most of them, keep it: shrinking after every run doubled
+#: OCR's system CPU (page faults), never shrinking held ~60 MB more at peak.
+REC_SHRINK_ABOVE = 48_000
 
 
 class LocalOCRConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -49,13 +56,18 @@ class LocalOCR:
     """:class:`VisionModel` running RapidOCR offline; returns the text in reading order.
 
     Calls run in threads under the process's inference slots, each on an engine of its
-    own (RapidOCR mutates its config on every call): at most one engine per slot is ever
-    loaded, and only as many as calls ran at once."""
+    own (RapidOCR mutates its config on every call): at most one engine per slot, and only
+    as many as calls ran at once. The engines share one loaded detector and recogniser,
+    and detection passes share a :class:`PixelBudget` (one large picture at a time)."""
 
     def __init__(self, config: LocalOCRConfig | None = None) -> None:
         self.config = config or LocalOCRConfig()
         self._idle: list[RapidOCR] = []
         self._lock = threading.Lock()
+        self._models: tuple[Any, Any] | None = None
+        #: What detection passes hold while they run: one pass at the detector's largest
+        #: input at a time, or several smaller ones (see :class:`PixelBudget`).
+        self.detection_budget = PixelBudget(self.config.det_max_side**2)
 
     metered = False
     describes = True
@@ -113,11 +125,13 @@ class LocalOCR:
             "Rec.rec_batch_num": self.config.rec_batch,
             "EngineConfig.onnxruntime.intra_op_num_threads": threads,
             "EngineConfig.onnxruntime.inter_op_num_threads": 1,
+            # onnxruntime's arena, grown by what each tensor asks (rapidocr's cpu_ep_cfg:
+            # kSameAsRequested) and shrunk after every run (_Shared): a detection pass
+            # peaks lower on it than on malloc, and hands its memory back.
+            "EngineConfig.onnxruntime.enable_cpu_mem_arena": True,
         }
-        # RapidOCR's sessions allocate every tensor afresh: keep them in the heap rather
-        # than a new mapping each (a third of OCR's CPU was page faults; runtime.api).
-        keep_in_heap_below()
         engine = RapidOCR(params=params)
+        self._share_models(engine)
         # RapidOCR installs its own coloured stderr handler; route its records through
         # ours instead, so --log-format json stays one JSON object per line.
         ocr_log = logging.getLogger("RapidOCR")
@@ -125,9 +139,25 @@ class LocalOCR:
         ocr_log.propagate = True
         return engine
 
+    def _share_models(self, engine: RapidOCR) -> None:
+        """Give ``engine`` this OCR's one detector and one recogniser: the first engine's
+        models, loaded once, their sessions wrapped by :class:`_Shared` (a detection pass
+        at a time). RapidOCR keeps per-call state on its TextDetector, so each engine gets
+        a copy of it around the shared session."""
+        with self._lock:
+            if self._models is None:
+                det = engine._load_det_model()  # type: ignore[no-untyped-call]
+                rec = engine._load_rec_model()  # type: ignore[no-untyped-call]
+                det.session = _Shared(det.session, self.detection_budget, shrink_above=0)
+                rec.session = _Shared(rec.session, None, shrink_above=REC_SHRINK_ABOVE)
+                self._models = (det, rec)
+            det, rec = self._models
+        engine.text_det, engine.text_rec = copy.copy(det), copy.copy(rec)
+
     async def aclose(self) -> None:
         with self._lock:
             self._idle.clear()
+            self._models = None
 
 
 def reading_order(boxes: np.ndarray[Any, Any], texts: Sequence[str]) -> str:
@@ -148,3 +178,63 @@ def reading_order(boxes: np.ndarray[Any, Any], texts: Sequence[str]) -> str:
     return "\n".join(
         " ".join(texts[i] for i in sorted(ln, key=lambda i: spans[i][2])) for ln in lines
     )
+
+
+class PixelBudget:
+    """Detection passes in flight, by their input's pixels: a pass waits while others
+    hold more than ``pixels`` with it, unless none runs (a larger input runs alone).
+
+    A detection pass's memory grows with its input (~200 MB at 960 x 960): two passes
+    over large pictures at once held twice that, and made ingest's peak. Small pictures,
+    most of a manual's, still run side by side."""
+
+    def __init__(self, pixels: int) -> None:
+        self.pixels = pixels
+        self.held = 0
+        self._changed = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, pixels: int) -> Iterator[None]:
+        with self._changed:
+            self._changed.wait_for(lambda: self.held == 0 or self.held + pixels <= self.pixels)
+            self.held += pixels
+        try:
+            yield
+        finally:
+            with self._changed:
+                self.held -= pixels
+                self._changed.notify_all()
+
+
+class _Shared:
+    """A RapidOCR model's onnxruntime session as its engines call it (``session(batch)``),
+    shared by every engine of a :class:`LocalOCR`; the detector's runs hold their input's
+    pixels of the :class:`PixelBudget`, the recogniser's (a few MB a batch) none.
+
+    A run over more than ``shrink_above`` pixels hands the arena's unused memory back
+    (``memory.enable_memory_arena_shrinkage``), so what a large input needed is not held
+    until the next; smaller runs keep it, and reuse it without faulting it in afresh
+    (docs/performance.md).
+    """
+
+    def __init__(self, inner: Any, budget: PixelBudget | None, shrink_above: int) -> None:
+        import onnxruntime
+
+        self.inner = inner
+        self.budget = budget
+        self.shrink_above = shrink_above
+        self._input = inner.get_input_names()[0]
+        self._outputs = inner.get_output_names()
+        self._keep = onnxruntime.RunOptions()
+        self._shrink = onnxruntime.RunOptions()
+        self._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+
+    def __call__(self, batch: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        pixels = batch.shape[-2] * batch.shape[-1]
+        options = self._shrink if pixels * batch.shape[0] > self.shrink_above else self._keep
+        with self.budget.hold(pixels) if self.budget else contextlib.nullcontext():
+            out = self.inner.session.run(self._outputs, {self._input: batch}, options)
+        return out[0]  # type: ignore[no-any-return]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # have_key, get_character_list, ...

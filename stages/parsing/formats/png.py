@@ -14,8 +14,6 @@ import struct
 import zlib
 from typing import Any
 
-import numpy as np
-
 __all__ = ["png_of"]
 
 _SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -34,18 +32,26 @@ def png_of(pix: Any) -> bytes:
         return bytes(pix.tobytes("png"))
     if n not in _COLOR_TYPES:
         raise ValueError(f"no PNG color type for {n} samples a pixel")
-    rows = np.frombuffer(pix.samples_mv, np.uint8).reshape(height, pix.stride)
-    filtered = np.zeros((height, width * n + 1), np.uint8)  # a 0 (no filter) each row
-    filtered[:, 1:] = rows[:, : width * n]
+    filtered = _unfiltered_rows(pix.samples_mv, height, pix.stride, width * n)
     header = struct.pack(">IIBBBBB", width, height, 8, _COLOR_TYPES[n], 0, 0, 0)
     return b"".join(
         (
             _SIGNATURE,
             _chunk(b"IHDR", header),
-            _chunk(b"IDAT", zlib.compress(filtered.data, _LEVEL)),
+            _chunk(b"IDAT", zlib.compress(filtered, _LEVEL)),
             _chunk(b"IEND", b""),
         )
     )
+
+
+def _unfiltered_rows(samples: memoryview, height: int, stride: int, size: int) -> bytearray:
+    """Each row's ``size`` bytes of ``samples`` after a 0 (PNG's "no filter"). Plain
+    slices, not NumPy: the parser process does not import it (~10 MB less resident)."""
+    out = bytearray(height * (size + 1))
+    for row in range(height):
+        start = row * (size + 1) + 1
+        out[start : start + size] = samples[row * stride : row * stride + size]
+    return out
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:

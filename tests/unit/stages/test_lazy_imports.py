@@ -41,6 +41,11 @@ def test_the_server_loads_neither_pymupdf_nor_a_client_library() -> None:
     assert loaded.isdisjoint({"pymupdf", "fitz", *CLIENT_LIBRARIES})
 
 
+def test_the_parser_process_loads_no_numpy() -> None:
+    # ~10 MB of the parser process's resident size (stages.parsing.formats.png).
+    assert "numpy" not in loaded_after("stages.parsing.child")
+
+
 def test_building_a_service_loads_only_its_adapter(tmp_path: Path) -> None:
     code = (
         "import sys, pathlib; from stages.services import Services; "
