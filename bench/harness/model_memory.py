@@ -7,10 +7,14 @@ runs every part and prints the table. Parts:
 - ``imports``: the interpreter with what an ingest worker imports (the pipeline,
   onnxruntime, tokenizers, qdrant-edge, RapidOCR with OpenCV; not PyMuPDF, which only
   the parser process loads), nothing loaded (every part starts from there: ``base_mb``);
-- ``embedder``: the local embedder's session loaded, then runs of ``inner_batch`` texts
-  of 256 tokens (the longest a chunk is) on one thread, as ingest runs them;
-- ``embedder-unfolded``: the same with onnxruntime's constant folding off (the model ships
-  int8 weights with a Cast and a Mul each; folding makes float32 copies at load);
+- ``embedder``: the local embedder's session as ingest loads it (its int8 weights
+  multiplied as int8: ``stages.adapters.embedder.int8``), then runs of ``inner_batch``
+  texts of 256 tokens (the longest a chunk is) on one thread, as ingest runs them;
+- ``embedder-float``: the same model file as it stands (the model ships int8 weights
+  with a Cast and a Mul each; onnxruntime's constant folding makes float32 copies at
+  load), the same runs;
+- ``embedder-unfolded``: the model file with constant folding off (int8 weights
+  dequantized at every run);
 - ``ocr``: a RapidOCR engine loaded, then one detection pass over a 200 x 200 page and
   one over a 960 x 960 page (the detector's largest input: ``LocalOCRConfig.
   det_max_side``); ``held``: what stays resident after them.
@@ -25,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-PARTS = ("imports", "embedder", "embedder-unfolded", "ocr")
+PARTS = ("imports", "embedder", "embedder-float", "embedder-unfolded", "ocr")
 
 
 def _status_mb(key: str) -> float:
@@ -41,10 +45,11 @@ def _hwm() -> float:
     return _status_mb("VmHWM")
 
 
-def _embedder(fold: bool) -> dict[str, float]:
+def _embedder(fold: bool, int8: bool) -> dict[str, float]:
     import numpy as np
     import onnxruntime
 
+    from stages.adapters.embedder.int8 import integer_matmuls
     from stages.adapters.embedder.local import LocalEmbedderConfig, _default_model_path
 
     options = onnxruntime.SessionOptions()
@@ -52,12 +57,15 @@ def _embedder(fold: bool) -> dict[str, float]:
     options.inter_op_num_threads = 1
     options.enable_mem_pattern = False
     before = _rss()
+    path = _default_model_path()
+    model: str | bytes = integer_matmuls(path) if int8 else path
     session = onnxruntime.InferenceSession(
-        _default_model_path(),
+        model,
         sess_options=options,
         providers=["CPUExecutionProvider"],
         disabled_optimizers=[] if fold else ["ConstantFolding"],
     )
+    del model  # the serialized graph: ingest keeps only the session
     loaded = _rss()
     rng = np.random.default_rng(0)
     batch = LocalEmbedderConfig().inner_batch
@@ -107,8 +115,9 @@ def measure(part: str) -> dict[str, Any]:
 
     parts: dict[str, Callable[[], dict[str, float]]] = {
         "imports": lambda: {},
-        "embedder": lambda: _embedder(fold=True),
-        "embedder-unfolded": lambda: _embedder(fold=False),
+        "embedder": lambda: _embedder(fold=True, int8=True),
+        "embedder-float": lambda: _embedder(fold=True, int8=False),
+        "embedder-unfolded": lambda: _embedder(fold=False, int8=False),
         "ocr": _ocr,
     }
     base = _rss()
