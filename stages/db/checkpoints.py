@@ -170,19 +170,23 @@ async def chunk_ordinals_of(
     db: Reader, document_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, list[int]]:
     """``{document: its chunk ordinals}`` for a page of documents (none: absent)."""
-    found: dict[uuid.UUID, list[int]] = {}
-    for r in await db.fetch(Q["chunk_ordinals_of"], list(document_ids)):
-        found.setdefault(r["document_id"], []).append(r["ordinal"])
-    return found
+    return await _by_document(db, "chunk_ordinals_of", document_ids, "ordinal")
 
 
 async def asset_keys_of(
     db: Reader, document_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, list[str]]:
     """``{document: its stored images' keys}`` for a page of documents."""
-    found: dict[uuid.UUID, list[str]] = {}
-    for r in await db.fetch(Q["asset_keys_of"], list(document_ids)):
-        found.setdefault(r["document_id"], []).append(r["object_key"])
+    return await _by_document(db, "asset_keys_of", document_ids, "object_key")
+
+
+async def _by_document(
+    db: Reader, query: str, document_ids: Sequence[uuid.UUID], column: str
+) -> dict[uuid.UUID, list[Any]]:
+    """``{document: its rows' column}`` of a named query over a page of documents."""
+    found: dict[uuid.UUID, list[Any]] = {}
+    for r in await db.fetch(Q[query], list(document_ids)):
+        found.setdefault(r["document_id"], []).append(r[column])
     return found
 
 

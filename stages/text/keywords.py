@@ -134,8 +134,12 @@ def text_vector(text: str, heading: str | None = None) -> tuple[list[int], list[
 @functools.lru_cache(maxsize=1 << 10)
 def _heading_terms(heading: str) -> tuple[int, ...]:
     """The distinct term indices of a heading path (cached: a section's chunks share it)."""
-    found = (i for word in _WORD.findall(_normal(heading)) for i in _word_indices(word))
-    return tuple(dict.fromkeys(found))
+    return tuple(_distinct_indices(heading))
+
+
+def _distinct_indices(text: str) -> dict[int, None]:
+    """Each term index of ``text`` once, in first-seen order."""
+    return dict.fromkeys(i for word in _WORD.findall(_normal(text)) for i in _word_indices(word))
 
 
 #: Term indices of each white-space piece seen (a piece may hold words and punctuation).
@@ -160,5 +164,5 @@ def _fill(pieces: list[str], found: list[tuple[int, ...] | None]) -> list[tuple[
 
 def query_vector(text: str) -> tuple[list[int], list[float]]:
     """A query's sparse vector: each distinct term once (the index weighs it by IDF)."""
-    indices = sorted({i for word in _WORD.findall(_normal(text)) for i in _word_indices(word)})
+    indices = sorted(_distinct_indices(text))
     return indices, [1.0] * len(indices)

