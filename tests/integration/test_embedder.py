@@ -488,7 +488,9 @@ async def test_local_int8_vectors_match_the_float_encoding() -> None:
     await fast.aclose()
 
 
-def test_local_int8_model_file_is_written_once_by_a_child(tmp_path: Path) -> None:
+def test_local_int8_model_file_is_written_once_by_a_child(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """The rewritten model is written by a child process into the first directory that
     takes it (atomically: no partial file left), the same bytes as the rewrite in process,
     and found there afterwards instead of written again."""
@@ -517,6 +519,11 @@ def test_local_int8_model_file_is_written_once_by_a_child(tmp_path: Path) -> Non
     older.write_bytes(b"an earlier rewrite")
     again = integer_model_file(path, "ab" * 32, [older.parent])
     assert again is not None and [p.name for p in older.parent.iterdir()] == [again.name]
+    # A child that fails says why in one line, and leaves nothing behind.
+    missing = str(tmp_path / "missing.onnx")
+    assert integer_model_file(missing, "cd" * 32, [tmp_path / "failed"]) is None
+    assert "FileNotFoundError" in caplog.text
+    assert list((tmp_path / "failed").iterdir()) == []
 
 
 async def test_local_embedder_rewrites_a_damaged_model_file(tmp_path: Path) -> None:

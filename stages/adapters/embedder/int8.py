@@ -82,13 +82,16 @@ def _rewrite_in_child(path: str, target: Path) -> None:
         "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
     }
     try:
-        subprocess.run(
+        done = subprocess.run(
             [sys.executable, "-m", __name__, path, str(partial)],
             env=env,
-            check=True,
             capture_output=True,
+            text=True,
             timeout=REWRITE_TIMEOUT_S,
         )
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            raise subprocess.SubprocessError(f"the rewrite exited {done.returncode}: {last}")
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)
