@@ -214,7 +214,7 @@ def failed(span: Span, exc: BaseException | str) -> None:
 
 
 def run_attributes(
-    stage: str, attempt: int, document_id: uuid.UUID, job_id: int, generation: int
+    stage: str, attempt: int, document_id: uuid.UUID | str, job_id: int, generation: int
 ) -> dict[str, Value]:
     """A run's attributes at its start (a few: each one costs, docs/tracing.md)."""
     return {
