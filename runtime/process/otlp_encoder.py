@@ -25,7 +25,7 @@ import struct
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from runtime.process.light_spans import WireEvent, WireLink, WireSpan
+from runtime.process.light_spans import WireEvent, WireLink, WireRun, WireSpan
 from runtime.process.tracing import run_attributes
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,9 @@ _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200
 _LOCAL = b"\x85\x01" + struct.pack("<I", _HAS_IS_REMOTE)
 _REMOTE = b"\x85\x01" + struct.pack("<I", _HAS_IS_REMOTE | _IS_REMOTE)
 _STATUS_ERROR = 2
+#: A run's attribute keys, in the order :func:`run_attributes` gives them.
+_RUN_ORDER = tuple(run_attributes("", 0, "", 0, 0))
+_RUN_KEYS = frozenset(_RUN_ORDER)
 
 
 def varint(n: int) -> bytes:
@@ -53,6 +56,8 @@ def varint(n: int) -> bytes:
     complement, ten bytes, as protobuf writes it)."""
     if 0 <= n < 128:
         return _SMALL[n]
+    if 0 < n < 16384:  # a span's size, most ids of jobs
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     n &= 0xFFFFFFFFFFFFFFFF
     out = bytearray()
     while n >= 0x80:
@@ -105,6 +110,8 @@ class Encoder:
     def __init__(self, resource: Mapping[str, Any]) -> None:
         self._pairs: dict[tuple[str, type, Any], bytes] = {}
         self._names: dict[str, bytes] = {}
+        self._keys: dict[str, bytes] = {}
+        self._runs: dict[tuple[str, int, int], tuple[bytes, bytes]] = {}
         self._scopes: dict[tuple[str, str | None], bytes] = {}
         #: ``ResourceSpans.resource``, the same in every request.
         self.resource = field(b"\x0a", self.attributes(resource, b"\x0a"))
@@ -140,9 +147,9 @@ class Encoder:
     def span(self, span: WireSpan) -> bytes:
         """One ``ScopeSpans.spans`` entry (the ``Span``, tagged and sized), its fields in
         field-number order as protobuf writes them."""
-        attributes = span.attributes
-        if span.run is not None:
-            attributes = {**run_attributes(*span.run), **attributes}
+        attributes, run = span.attributes, span.run
+        if run is not None and not _RUN_KEYS.isdisjoint(attributes):
+            attributes, run = {**run_attributes(*run), **attributes}, None  # as the SDK's
         parts = [
             b"\x0a\x10",
             bytes.fromhex(span.trace_id),
@@ -156,6 +163,8 @@ class Encoder:
             parts += (b"\x39", _FIXED64(span.start_ns))
         if span.end_ns:
             parts += (b"\x41", _FIXED64(span.end_ns))
+        if run is not None:
+            parts.append(self.run(run))
         if attributes:
             parts.append(self.attributes(attributes, b"\x4a"))
         if span.events:
@@ -203,6 +212,35 @@ class Encoder:
         )
         return field(b"\x6a", body)
 
+    def run(self, run: WireRun) -> bytes:
+        """A stage run's attributes (:func:`runtime.process.tracing.run_attributes`, in its
+        order) as the span's first: the stage's, attempt's and generation's pairs kept
+        (a handful of each); the document's and job's ids, unique, written each time."""
+        stage, attempt, document_id, job_id, generation = run
+        found = self._runs.get((stage, attempt, generation))
+        if found is None:
+            found = self._run_pairs(stage, attempt, generation)
+        tagged = self._tagged
+        return b"".join(
+            (
+                found[0],
+                tagged(_RUN_ORDER[2], str, document_id),
+                tagged(_RUN_ORDER[3], int, job_id),
+                found[1],
+            )
+        )
+
+    def _run_pairs(self, stage: str, attempt: int, generation: int) -> tuple[bytes, bytes]:
+        """The fields before the document's id (stage, attempt) and after the job's
+        (generation), kept."""
+        stage_key, attempt_key, _, _, generation_key = _RUN_ORDER
+        before = self._tagged(stage_key, str, stage) + self._tagged(attempt_key, int, attempt)
+        after = self._tagged(generation_key, int, generation)
+        if len(self._runs) >= CACHE_PAIRS:
+            self._runs.clear()
+        found = self._runs[stage, attempt, generation] = before, after
+        return found
+
     def attributes(self, values: Mapping[str, Any], tag: bytes) -> bytes:
         """Each pair as a ``KeyValue`` field tagged ``tag``; a pair the SDK fails to encode
         is left out with a log line, as the SDK does."""
@@ -223,12 +261,45 @@ class Encoder:
 
     def _pair(self, key: str, kind: type, value: Any) -> bytes:
         """A scalar pair's ``KeyValue`` (sized, untagged), kept for the next span."""
-        encoded = self._uncached(key, value)
+        encoded = self._scalar(key, kind, value)
         pairs = self._pairs
         if len(pairs) >= CACHE_PAIRS:
             pairs.clear()
         pairs[key, kind, value] = encoded
         return encoded
+
+    def _tagged(self, key: str, kind: type, value: Any) -> bytes:
+        """A span's attribute field (nothing for a pair the SDK would leave out)."""
+        encoded = self._scalar(key, kind, value)
+        return b"\x4a" + encoded if encoded else b""
+
+    def _scalar(self, key: str, kind: type, value: Any) -> bytes:
+        """A str's, int's or bool's ``KeyValue`` (sized, untagged), the key's bytes cached:
+        :func:`key_value` without its calls."""
+        head = self._keys.get(key)
+        if head is None:
+            head = self._key(key)
+        if kind is str:
+            data = value.encode()
+            size = len(data)
+            inner = b"\x0a" + _SMALL[size] + data if size < 128 else field(b"\x0a", data)
+        elif kind is bool:
+            inner = b"\x10\x01" if value else b"\x10\x00"
+        elif value in _INT64:
+            inner = b"\x18" + varint(value)
+        else:
+            return self._uncached(key, value)  # the SDK's error, logged
+        size = len(inner)
+        message = head + (b"\x12" + _SMALL[size] + inner if size < 128 else field(b"\x12", inner))
+        size = len(message)
+        return (_SMALL[size] if size < 128 else varint(size)) + message
+
+    def _key(self, key: str) -> bytes:
+        """``KeyValue.key``'s field, kept (a process's spans have a few dozen keys)."""
+        head = field(b"\x0a", key.encode()) if key else b""
+        if len(self._keys) < CACHE_PAIRS:
+            self._keys[key] = head
+        return head
 
     def _uncached(self, key: str, value: Any) -> bytes:
         try:
