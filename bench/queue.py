@@ -562,8 +562,8 @@ async def section_trace(dsn: str, opts: Options) -> None:
         "off: WorkerConfig(trace=False), no span at all; no exporter: the opentelemetry API "
         "with no SDK (a plain install, or OTEL_TRACES_EXPORTER=none); OTLP exporter: what "
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT sets up (runtime.process.tracing."
-        "exporting_provider: spans shipped to an exporter process running the SDK's "
-        "OTLP/HTTP exporter) to a receiver process on this host, every span counted; sampled: "
+        "exporting_provider: spans shipped to an exporter process that encodes and sends "
+        "OTLP/HTTP itself) to a receiver process on this host, every span counted; sampled: "
         "the same, the documents' roots sampled at that ratio (the runs follow their parent)"
     )
     cpu: list[dict[int, list[float]]] = [{}, {}, {}, {}]

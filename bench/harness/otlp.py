@@ -101,6 +101,24 @@ class Receiver(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.spans: list[ReceivedSpan] = []
         self.count = 0
+        #: Answers to give before accepting (status, headers), first first: a collector
+        #: that is throttling (429 and ``Retry-After``) or failing.
+        self.refusals: list[tuple[int, dict[str, str]]] = []
+        #: Each request's headers (lower-cased names), refused or not.
+        self.requests: list[dict[str, str]] = []
+
+    def refuse(self, status: int, times: int = 1, **headers: str) -> None:
+        """Answer the next ``times`` requests ``status`` (with ``headers``: ``Retry_After``
+        is ``Retry-After``), accepting nothing from them."""
+        named = {k.replace("_", "-"): v for k, v in headers.items()}
+        with self.lock:
+            self.refusals += [(status, named)] * times
+
+    def refusal(self, headers: dict[str, str]) -> tuple[int, dict[str, str]] | None:
+        """Record a request; the answer to give it instead of accepting it, if any."""
+        with self.lock:
+            self.requests.append(headers)
+            return self.refusals.pop(0) if self.refusals else None
 
     @property
     def url(self) -> str:
@@ -132,6 +150,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        refused = self.server.refusal({k.lower(): v for k, v in self.headers.items()})
+        if refused is not None:
+            status, headers = refused
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
         self.server.take(body)

@@ -62,6 +62,9 @@ class WireLink(msgspec.Struct, array_like=True, frozen=True):
 #: (:func:`runtime.process.tracing.run_attributes`): stage, attempt, document id, job id,
 #: generation. Formatting them is left to that process.
 Run = tuple[str, int, uuid.UUID, int, int]
+#: A run as the exporter process reads it: the document id stays the string msgpack
+#: carries (what its attribute is), not parsed into a UUID to be formatted back.
+WireRun = tuple[str, int, str, int, int]
 
 
 class WireSpan(msgspec.Struct, array_like=True, frozen=True):
@@ -85,7 +88,7 @@ class WireSpan(msgspec.Struct, array_like=True, frozen=True):
     description: str | None
     scope: str
     scope_version: str | None
-    run: Run | None
+    run: WireRun | None
 
 
 def new_span_id() -> int:

@@ -1,11 +1,15 @@
 """The exporter process of a traced ragline process: ``python -m runtime.process.span_exporter``,
 started by :class:`runtime.process.span_shipper.Shipper`, reading its frames on stdin.
 
-It turns each shipped span back into the SDK's ``ReadableSpan`` and hands it to the SDK's
-exporters the ``OTEL_TRACES_EXPORTER`` names (OTLP over the ``OTEL_EXPORTER_OTLP_*``
-variables, console, entry points), so what a collector receives is what the SDK in the
-worker would have sent; the encoding and the HTTP round trips cost this process's CPU,
-not the worker's. A reader thread keeps the pipe drained while an export is under way.
+OTLP over HTTP/protobuf (the common case) it sends itself: the shipped spans are written
+straight into the request's protobuf bytes (:mod:`runtime.process.otlp_encoder`) and
+POSTed as the SDK's exporter would (:mod:`runtime.process.otlp_http`), a seventh of the
+CPU of building the SDK's spans and its protobuf objects. For every other exporter the
+``OTEL_TRACES_EXPORTER`` names (OTLP over gRPC, console, entry points) it turns each span
+back into the SDK's ``ReadableSpan`` and hands it to the SDK's exporter. Either way a
+collector receives what the SDK in the worker would have sent; the encoding and the HTTP
+round trips cost this process's CPU, not the worker's. A reader thread keeps the pipe
+drained while an export is under way.
 It ignores SIGINT and SIGTERM (a terminal's Ctrl-C reaches the whole process group: the
 worker flushes through it on the way out) and ends when its stdin does.
 """
@@ -18,8 +22,8 @@ import queue
 import signal
 import sys
 import threading
-from collections.abc import Sequence
-from typing import IO
+from collections.abc import Mapping, Sequence
+from typing import IO, Any
 
 import msgspec
 from opentelemetry.sdk.resources import Resource
@@ -29,8 +33,10 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from runtime.process.light_spans import WireLink, WireSpan
+from runtime.process.otlp_encoder import Encoder
+from runtime.process.otlp_http import OtlpHttp
 from runtime.process.span_shipper import FLUSH, HELLO, LENGTH, SEQ, SPANS, BatchSettings, Hello
-from runtime.process.tracing import exporter, run_attributes
+from runtime.process.tracing import direct_otlp, exporter, run_attributes
 
 log = logging.getLogger("ragline.span_exporter")
 
@@ -92,21 +98,32 @@ def _link(link: WireLink) -> Link:
 
 
 class Exporting:
-    """The loop: export what arrives, in batches of at most ``batch``; answer flushes."""
+    """The loop: export what arrives, in batches of at most ``batch``; answer flushes.
 
-    def __init__(self, exporters: Sequence[SpanExporter], resource: Resource, answers: IO[bytes]):
+    ``direct``: the OTLP/HTTP endpoints sent to without the SDK (one request body, encoded
+    once, for all of them); ``exporters``: the SDK's, given ``ReadableSpan``s."""
+
+    def __init__(
+        self,
+        exporters: Sequence[SpanExporter],
+        resource: Mapping[str, Any],
+        answers: IO[bytes],
+        direct: Sequence[OtlpHttp] = (),
+    ) -> None:
         self.exporters = exporters
-        self.resource = resource
+        self.direct = direct
+        self.resource = Resource(resource)
+        self.encoder = Encoder(resource)
         self.answers = answers
         self.batch = BatchSettings.from_env(os.environ).batch
 
     def run(self, items: queue.SimpleQueue[Item]) -> None:
-        pending: list[ReadableSpan] = []
+        pending: list[WireSpan] = []
         while True:
             item = items.get()
             while True:  # take what else is there before exporting
                 if isinstance(item, list):
-                    pending += [readable(s, self.resource) for s in item]
+                    pending += item
                     if len(pending) >= self.batch:
                         pending = self.export(pending)
                 elif isinstance(item, int):
@@ -120,15 +137,31 @@ class Exporting:
                 item = items.get()
             pending = self.export(pending)
 
-    def export(self, spans: list[ReadableSpan]) -> list[ReadableSpan]:
+    def export(self, spans: list[WireSpan]) -> list[WireSpan]:
         for start in range(0, len(spans), self.batch):
             chunk = spans[start : start + self.batch]
-            for one in self.exporters:
-                try:
-                    one.export(chunk)
-                except Exception:
-                    log.exception("tracing: exporting %d spans failed", len(chunk))
+            if self.direct:
+                self.send(chunk)
+            if self.exporters:
+                self.through_sdk(chunk)
         return []
+
+    def send(self, chunk: list[WireSpan]) -> None:
+        try:
+            body = self.encoder.request(chunk)
+        except Exception:
+            log.exception("tracing: encoding %d spans failed", len(chunk))
+            return
+        for one in self.direct:
+            one.export(body, len(chunk))
+
+    def through_sdk(self, chunk: list[WireSpan]) -> None:
+        spans = [readable(s, self.resource) for s in chunk]
+        for one in self.exporters:
+            try:
+                one.export(spans)
+            except Exception:
+                log.exception("tracing: exporting %d spans failed", len(spans))
 
     def answer(self, seq: int) -> None:
         try:
@@ -150,13 +183,17 @@ def main(stdin: IO[bytes] = sys.stdin.buffer, stdout: IO[bytes] = sys.stdout.buf
         log.error("tracing: the span exporter got no hello frame")
         return 2
     hello = _hello(body[1:])
-    exporters = [exporter(name, os.environ) for name in hello.exporters]
+    env = os.environ
+    direct = [OtlpHttp(env) for name in hello.exporters if direct_otlp(name, env)]
+    exporters = [exporter(name, env) for name in hello.exporters if not direct_otlp(name, env)]
     items: queue.SimpleQueue[Item] = queue.SimpleQueue()
     reader = threading.Thread(target=read_frames, args=(stdin, items), daemon=True)
     reader.start()
-    Exporting(exporters, Resource(hello.resource), stdout).run(items)
+    Exporting(exporters, hello.resource, stdout, direct).run(items)
     for one in exporters:
         one.shutdown()
+    for sender in direct:
+        sender.shutdown()
     return 0
 
 

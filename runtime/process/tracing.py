@@ -214,7 +214,7 @@ def failed(span: Span, exc: BaseException | str) -> None:
 
 
 def run_attributes(
-    stage: str, attempt: int, document_id: uuid.UUID, job_id: int, generation: int
+    stage: str, attempt: int, document_id: uuid.UUID | str, job_id: int, generation: int
 ) -> dict[str, Value]:
     """A run's attributes at its start (a few: each one costs, docs/tracing.md)."""
     return {
@@ -449,12 +449,36 @@ def _entry_point(name: str) -> Any:
     return next(iter(found))
 
 
-def _otlp_module(env: Mapping[str, str]) -> str:
-    protocol = (
+#: Variables naming a credential provider (an entry point giving a ``requests`` session)
+#: for the SDK's OTLP/HTTP exporter: only that exporter knows how to use one.
+_CREDENTIALS = (
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER",
+)
+
+
+def otlp_protocol(env: Mapping[str, str]) -> str:
+    """``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``, else ``..._PROTOCOL``, else http/protobuf."""
+    return (
         env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
         or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
         or "http/protobuf"
     ).strip()
+
+
+def direct_otlp(name: str, env: Mapping[str, str]) -> bool:
+    """Whether the exporter process sends ``name``'s spans itself, encoded without the
+    SDK (:mod:`runtime.process.otlp_encoder`): OTLP over HTTP/protobuf with no
+    credential provider. Everything else is the SDK's exporter."""
+    return (
+        name == "otlp"
+        and otlp_protocol(env) == "http/protobuf"
+        and not any(env.get(v) for v in _CREDENTIALS)
+    )
+
+
+def _otlp_module(env: Mapping[str, str]) -> str:
+    protocol = otlp_protocol(env)
     modules = {"http/protobuf": "http", "grpc": "grpc"}
     if protocol not in modules:
         raise ConfigurationError(

@@ -1,0 +1,311 @@
+"""Shipped spans written straight into an OTLP ``ExportTraceServiceRequest`` (protobuf's
+wire format), without the SDK's spans or its protobuf objects (docs/tracing.md, "What it
+costs").
+
+The exporter process rebuilt each shipped span as the SDK's ``ReadableSpan`` and let the
+OTLP exporter build a protobuf object per span, attribute and value: about 50 µs of CPU a
+span, on a host whose other core runs the worker and PostgreSQL. Here a span is a few
+byte strings joined: the ids are copied in, the parts every span repeats (attribute keys,
+the frequent key and value pairs, names, the resource and scope) are encoded once and
+cached, and the request is the concatenation.
+
+What it writes decodes to what the SDK's OTLP exporter sends for the same spans (the
+test compares the two messages field by field): the resource's and scopes' grouping in
+first-seen order, ids as raw bytes, ``flags`` saying whether the parent is remote, the
+status always present (its message only for an error), attribute values as the SDK's
+``_encode_value`` writes them (bool, str, int, double, bytes, arrays, key-value lists,
+None as an empty value). Dropped counts are zero: shipped spans carry none, and the
+SDK's exporter sends zero for them too.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from runtime.process.light_spans import WireEvent, WireLink, WireRun, WireSpan
+from runtime.process.tracing import run_attributes
+
+log = logging.getLogger(__name__)
+
+_FIXED64 = struct.Struct("<Q").pack
+_DOUBLE = struct.Struct("<d").pack
+_FIXED32 = struct.Struct("<I").pack
+_INT64 = range(-(1 << 63), 1 << 63)
+#: Varints below 128 are one byte: every length and tag here but a large batch's.
+_SMALL = [bytes([n]) for n in range(128)]
+#: How many (key, value) pairs the attribute cache keeps before starting over: the
+#: frequent ones (stage, attempt, outcome) are back after one span; unique ones (a
+#: document's id) only pass through.
+CACHE_PAIRS = 4096
+#: ``Span.flags``: the parent's remoteness is known; the parent is remote.
+_HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200
+#: ``Span.flags``, tagged (field 16, fixed32): a local parent (or none), a remote one.
+_LOCAL = b"\x85\x01" + struct.pack("<I", _HAS_IS_REMOTE)
+_REMOTE = b"\x85\x01" + struct.pack("<I", _HAS_IS_REMOTE | _IS_REMOTE)
+_STATUS_ERROR = 2
+#: A run's attribute keys, in the order :func:`run_attributes` gives them.
+_RUN_ORDER = tuple(run_attributes("", 0, "", 0, 0))
+_RUN_KEYS = frozenset(_RUN_ORDER)
+
+
+def varint(n: int) -> bytes:
+    """Protobuf's base-128 varint of ``n`` (a negative int64 as its 64-bit two's
+    complement, ten bytes, as protobuf writes it)."""
+    if 0 <= n < 128:
+        return _SMALL[n]
+    if 0 < n < 16384:  # a span's size, most ids of jobs
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
+    n &= 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def field(tag: bytes, payload: bytes) -> bytes:
+    """A length-delimited field: ``tag``, the payload's length, the payload."""
+    size = len(payload)
+    return tag + (_SMALL[size] if size < 128 else varint(size)) + payload
+
+
+def any_value(value: Any) -> bytes:
+    """An ``AnyValue`` message as the SDK's ``_encode_value`` fills it (bool before int:
+    a bool is an int in Python); ValueError for a type it rejects too, or an int that is
+    not an int64."""
+    if value is None:
+        return b""
+    if isinstance(value, bool):
+        return b"\x10\x01" if value else b"\x10\x00"
+    if isinstance(value, str):
+        return field(b"\x0a", value.encode())
+    if isinstance(value, int):
+        if value not in _INT64:
+            raise ValueError(f"{value} is not an int64")
+        return b"\x18" + varint(value)
+    if isinstance(value, float):
+        return b"\x21" + _DOUBLE(value)
+    if isinstance(value, bytes):
+        return field(b"\x3a", value)
+    if isinstance(value, Sequence):
+        return field(b"\x2a", b"".join(field(b"\x0a", any_value(v)) for v in value))
+    if isinstance(value, Mapping):
+        pairs = b"".join(field(b"\x0a", key_value(str(k), v)) for k, v in value.items())
+        return field(b"\x32", pairs)
+    raise ValueError(f"invalid type {type(value)} of value {value}")
+
+
+def key_value(key: str, value: Any) -> bytes:
+    """A ``KeyValue`` message."""
+    return (field(b"\x0a", key.encode()) if key else b"") + field(b"\x12", any_value(value))
+
+
+class Encoder:
+    """Builds request bodies for one process's resource; keeps what spans repeat."""
+
+    def __init__(self, resource: Mapping[str, Any]) -> None:
+        self._pairs: dict[tuple[str, type, Any], bytes] = {}
+        self._names: dict[str, bytes] = {}
+        self._keys: dict[str, bytes] = {}
+        self._runs: dict[tuple[str, int, int], tuple[bytes, bytes]] = {}
+        self._scopes: dict[tuple[str, str | None], bytes] = {}
+        #: ``ResourceSpans.resource``, the same in every request.
+        self.resource = field(b"\x0a", self.attributes(resource, b"\x0a"))
+
+    def request(self, spans: Iterable[WireSpan]) -> bytes:
+        """The ``ExportTraceServiceRequest`` of ``spans``: one resource, a scope entry per
+        instrumentation scope in the order they first appear (as the SDK groups them)."""
+        scopes: dict[tuple[str, str | None], list[bytes]] = {}
+        for span in spans:
+            key = span.scope, span.scope_version
+            encoded = self.span(span)
+            found = scopes.get(key)
+            if found is None:
+                scopes[key] = [encoded]
+            else:
+                found.append(encoded)
+        scope_spans = b"".join(
+            field(b"\x12", self.scope(*key) + b"".join(encoded)) for key, encoded in scopes.items()
+        )
+        return field(b"\x0a", self.resource + scope_spans)
+
+    def scope(self, name: str, version: str | None) -> bytes:
+        """``ScopeSpans.scope``, cached."""
+        key = name, version
+        found = self._scopes.get(key)
+        if found is None:
+            body = field(b"\x0a", name.encode()) if name else b""
+            if version:
+                body += field(b"\x12", version.encode())
+            found = self._scopes[key] = field(b"\x0a", body)
+        return found
+
+    def span(self, span: WireSpan) -> bytes:
+        """One ``ScopeSpans.spans`` entry (the ``Span``, tagged and sized), its fields in
+        field-number order as protobuf writes them."""
+        attributes, run = span.attributes, span.run
+        if run is not None and not _RUN_KEYS.isdisjoint(attributes):
+            attributes, run = {**run_attributes(*run), **attributes}, None  # as the SDK's
+        parts = [
+            b"\x0a\x10",
+            bytes.fromhex(span.trace_id),
+            b"\x12\x08",
+            span.span_id.to_bytes(8, "big"),
+        ]
+        if span.parent_id:
+            parts += (b"\x22\x08", bytes.fromhex(span.parent_id))
+        parts += (self.name(span.name), b"\x30", _SMALL[span.kind + 1])
+        if span.start_ns:
+            parts += (b"\x39", _FIXED64(span.start_ns))
+        if span.end_ns:
+            parts += (b"\x41", _FIXED64(span.end_ns))
+        if run is not None:
+            parts.append(self.run(run))
+        if attributes:
+            parts.append(self.attributes(attributes, b"\x4a"))
+        if span.events:
+            parts += map(self.event, span.events)
+        if span.links:
+            parts += map(self.link, span.links)
+        parts.append(self.status(span.status, span.description))
+        parts.append(_REMOTE if span.parent_remote else _LOCAL)
+        return field(b"\x12", b"".join(parts))
+
+    def name(self, name: str) -> bytes:
+        """``Span.name``, cached (a process's spans have a handful of names)."""
+        found = self._names.get(name)
+        if found is None:
+            found = field(b"\x2a", name.encode()) if name else b""
+            if len(self._names) < CACHE_PAIRS:
+                self._names[name] = found
+        return found
+
+    def status(self, code: int, description: str | None) -> bytes:
+        """``Span.status``: always there, as the SDK sends it; its message only with an
+        error's code (the SDK's ``Status`` drops it otherwise)."""
+        body = b""
+        if code == _STATUS_ERROR and description and isinstance(description, str):
+            body = field(b"\x12", description.encode())
+        if code:
+            body += b"\x18" + _SMALL[code]
+        return field(b"\x7a", body)
+
+    def event(self, event: WireEvent) -> bytes:
+        body = b"\x09" + _FIXED64(event.time_ns) if event.time_ns else b""
+        if event.name:
+            body += field(b"\x12", event.name.encode())
+        return field(b"\x5a", body + self.attributes(event.attributes, b"\x1a"))
+
+    def link(self, link: WireLink) -> bytes:
+        body = (
+            b"\x0a\x10"
+            + bytes.fromhex(link.trace_id)
+            + b"\x12\x08"
+            + link.span_id.to_bytes(8, "big")
+            + self.attributes(link.attributes, b"\x22")
+            + b"\x35"
+            + _FIXED32(_HAS_IS_REMOTE)  # a link's context is never remote here
+        )
+        return field(b"\x6a", body)
+
+    def run(self, run: WireRun) -> bytes:
+        """A stage run's attributes (:func:`runtime.process.tracing.run_attributes`, in its
+        order) as the span's first: the stage's, attempt's and generation's pairs kept
+        (a handful of each); the document's and job's ids, unique, written each time."""
+        stage, attempt, document_id, job_id, generation = run
+        found = self._runs.get((stage, attempt, generation))
+        if found is None:
+            found = self._run_pairs(stage, attempt, generation)
+        tagged = self._tagged
+        return b"".join(
+            (
+                found[0],
+                tagged(_RUN_ORDER[2], str, document_id),
+                tagged(_RUN_ORDER[3], int, job_id),
+                found[1],
+            )
+        )
+
+    def _run_pairs(self, stage: str, attempt: int, generation: int) -> tuple[bytes, bytes]:
+        """The fields before the document's id (stage, attempt) and after the job's
+        (generation), kept."""
+        stage_key, attempt_key, _, _, generation_key = _RUN_ORDER
+        before = self._tagged(stage_key, str, stage) + self._tagged(attempt_key, int, attempt)
+        after = self._tagged(generation_key, int, generation)
+        if len(self._runs) >= CACHE_PAIRS:
+            self._runs.clear()
+        found = self._runs[stage, attempt, generation] = before, after
+        return found
+
+    def attributes(self, values: Mapping[str, Any], tag: bytes) -> bytes:
+        """Each pair as a ``KeyValue`` field tagged ``tag``; a pair the SDK fails to encode
+        is left out with a log line, as the SDK does."""
+        out = []
+        pairs, pair = self._pairs, self._pair
+        for key, value in values.items():
+            kind = type(value)
+            # Not floats: 0.0 and -0.0 are one key of a dict.
+            if kind is str or kind is int or kind is bool:
+                found = pairs.get((key, kind, value))
+                if found is None:
+                    found = pair(key, kind, value)
+            else:
+                found = self._uncached(key, value)
+            if found:
+                out.append(tag + found)
+        return b"".join(out)
+
+    def _pair(self, key: str, kind: type, value: Any) -> bytes:
+        """A scalar pair's ``KeyValue`` (sized, untagged), kept for the next span."""
+        encoded = self._scalar(key, kind, value)
+        pairs = self._pairs
+        if len(pairs) >= CACHE_PAIRS:
+            pairs.clear()
+        pairs[key, kind, value] = encoded
+        return encoded
+
+    def _tagged(self, key: str, kind: type, value: Any) -> bytes:
+        """A span's attribute field (nothing for a pair the SDK would leave out)."""
+        encoded = self._scalar(key, kind, value)
+        return b"\x4a" + encoded if encoded else b""
+
+    def _scalar(self, key: str, kind: type, value: Any) -> bytes:
+        """A str's, int's or bool's ``KeyValue`` (sized, untagged), the key's bytes cached:
+        :func:`key_value` without its calls."""
+        head = self._keys.get(key)
+        if head is None:
+            head = self._key(key)
+        if kind is str:
+            data = value.encode()
+            size = len(data)
+            inner = b"\x0a" + _SMALL[size] + data if size < 128 else field(b"\x0a", data)
+        elif kind is bool:
+            inner = b"\x10\x01" if value else b"\x10\x00"
+        elif value in _INT64:
+            inner = b"\x18" + varint(value)
+        else:
+            return self._uncached(key, value)  # the SDK's error, logged
+        size = len(inner)
+        message = head + (b"\x12" + _SMALL[size] + inner if size < 128 else field(b"\x12", inner))
+        size = len(message)
+        return (_SMALL[size] if size < 128 else varint(size)) + message
+
+    def _key(self, key: str) -> bytes:
+        """``KeyValue.key``'s field, kept (a process's spans have a few dozen keys)."""
+        head = field(b"\x0a", key.encode()) if key else b""
+        if len(self._keys) < CACHE_PAIRS:
+            self._keys[key] = head
+        return head
+
+    def _uncached(self, key: str, value: Any) -> bytes:
+        try:
+            message = key_value(key, value)
+        except (ValueError, TypeError) as error:
+            log.error("tracing: failed to encode key %s: %s", key, error)
+            return b""
+        size = len(message)
+        return (_SMALL[size] if size < 128 else varint(size)) + message
