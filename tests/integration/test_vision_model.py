@@ -275,7 +275,7 @@ async def test_ocr_detection_passes_keep_within_their_budget(
 
     monkeypatch.setattr(budget, "hold", recorded)
     # 1,600 x 900: the detector's input is 960 x 544 (522,240 pixels), two of which are
-    # over the budget of one 960 x 960 pass: four such calls at once detect one by one.
+    # over the budget of one band (736 x 736): four such calls at once detect one by one.
     page = render_text([(30, 60, "Detected one at a time")], width=800, height=450)
     texts = await asyncio.gather(*(ocr.describe(page, "image/png") for _ in range(4)))
     assert [words(t) for t in texts] == [words("Detected one at a time")] * 4

@@ -74,9 +74,11 @@ class LocalOCR:
         self._idle: list[RapidOCR] = []
         self._lock = threading.Lock()
         self._models: tuple[Any, Any] | None = None
-        #: What detection passes hold while they run: one pass at the detector's largest
-        #: input at a time, or several smaller ones (see :class:`PixelBudget`).
-        self.detection_budget = PixelBudget(self.config.det_max_side**2)
+        #: What detection passes hold while they run: one at the detector's largest input
+        #: (or band) at a time, or several smaller ones (see :class:`PixelBudget`).
+        self.detection_budget = PixelBudget(
+            self.config.det_band_pixels or self.config.det_max_side**2
+        )
 
     metered = False
     describes = True
@@ -199,9 +201,9 @@ class PixelBudget:
     """Detection passes in flight, by their input's pixels: a pass waits while others
     hold more than ``pixels`` with it, unless none runs (a larger input runs alone).
 
-    A detection pass's memory grows with its input (~200 MB at 960 x 960): two passes
-    over large pictures at once held twice that, and made ingest's peak. Small pictures,
-    most of a manual's, still run side by side."""
+    A detection pass's memory grows with its input (~175 MB at 960 x 960, ~100 at one
+    band of 736 x 736 pixels): two passes over large pictures at once held twice that,
+    and made ingest's peak. Small pictures, most of a manual's, still run side by side."""
 
     def __init__(self, pixels: int) -> None:
         self.pixels = pixels
