@@ -58,8 +58,11 @@ class ParserDied(RuntimeError):
 CHILD_COMMAND = (sys.executable, "-m", "stages.parsing.child")
 #: A parser this long without a document stops. Between batches of documents it would
 #: hold its imports and heap (55-62 MB) beside the worker's models while they describe
-#: and embed what it read; starting another takes ~0.3 s of CPU (docs/performance.md).
-IDLE_STOP_S = 20.0
+#: and embed what it read; starting another takes ~0.4 s of CPU. On bench.default_path's
+#: slice ingest's peak came 35-42 s in, some 15-20 s after the last document was
+#: parsed: with 20 s the parser was still there at it, with 10 s not
+#: (docs/performance.md).
+IDLE_STOP_S = 10.0
 
 
 class ParserProcess:
