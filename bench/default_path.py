@@ -87,6 +87,12 @@ SELECT count(*) AS stored,
 FROM assets
 """
 EMBEDDED_SQL = "SELECT count(*) FROM embeddings"
+# The stages' jobs running at a moment (the tree's peak).
+RUNNING_SQL = """
+SELECT stage, count(*) AS n FROM stage_jobs
+WHERE started_at <= to_timestamp($1) AND coalesce(finished_at, now()) >= to_timestamp($1)
+GROUP BY stage ORDER BY stage
+"""
 CHUNK_KINDS_SQL = "SELECT kind::text AS kind, count(*) AS n FROM chunks GROUP BY 1 ORDER BY 1"
 
 
@@ -103,6 +109,11 @@ class Slice(msgspec.Struct, frozen=True):
 class IngestRun(msgspec.Struct, frozen=True, kw_only=True):
     measured: Measured
     tree_rss_mb: float
+    #: At the tree's peak: seconds after ingest started, each process's MB (by module),
+    #: the stages' jobs then running.
+    peak_after_s: float = 0.0
+    peak_parts_mb: dict[str, float] = {}
+    peak_running: dict[str, int] = {}
     pages: int
     span_s: float
     stages: list[StageTime]
@@ -153,7 +164,7 @@ def ingest_command(dsn: str, data_dir: Path, files: Sequence[Path]) -> list[str]
     ]  # fmt: skip
 
 
-def run_ingest(dsn: str, data_dir: Path, files: Sequence[Path]) -> tuple[Measured, float]:
+def run_ingest(dsn: str, data_dir: Path, files: Sequence[Path]) -> tuple[Measured, TreeRss]:
     """The ingest command through bench.harness.rusage, its tree's RSS sampled."""
     log = data_dir.parent / "ingest.log"
     out = data_dir.parent / "ingest.json"
@@ -165,10 +176,10 @@ def run_ingest(dsn: str, data_dir: Path, files: Sequence[Path]) -> tuple[Measure
     if measured.exit_code not in REPORTABLE_EXITS:
         tail = log.read_text(errors="replace")[-3000:]
         sys.exit(f"ingest exited {measured.exit_code}; stdout {out.read_text()[:500]}\n{tail}")
-    return measured, tree.max_mb
+    return measured, tree
 
 
-async def read_run(dsn: str) -> dict[str, Any]:
+async def read_run(dsn: str, peak_at: float = 0.0) -> dict[str, Any]:
     async with connection(dsn) as conn:
         span_s, pages = await pipeline_summary(conn)
         vision = await conn.fetchrow(VISION_SQL)
@@ -182,14 +193,21 @@ async def read_run(dsn: str) -> dict[str, Any]:
             "images_described": vision["described"] if vision else 0,
             "images_with_text": vision["with_text"] if vision else 0,
             "chunks_embedded": int(await conn.fetchval(EMBEDDED_SQL)),
+            "peak_running": {r["stage"]: r["n"] for r in await conn.fetch(RUNNING_SQL, peak_at)},
         }
 
 
 def ragline_run(dsn: str, data_dir: Path, files: Sequence[Path]) -> IngestRun:
     print(f"before ingest: {load_note()}", flush=True)
-    measured, tree_mb = run_ingest(dsn, data_dir, files)
+    measured, tree = run_ingest(dsn, data_dir, files)
     print(f"after ingest: {load_note()}", flush=True)
-    return IngestRun(measured=measured, tree_rss_mb=tree_mb, **anyio.run(read_run, dsn))
+    return IngestRun(
+        measured=measured,
+        tree_rss_mb=tree.max_mb,
+        peak_after_s=tree.max_at - tree.started,
+        peak_parts_mb={name: kb / 1024 for name, kb in tree.max_parts.items()},
+        **anyio.run(read_run, dsn, tree.max_at),
+    )
 
 
 # -- each stage alone ---------------------------------------------------------------------
@@ -296,6 +314,12 @@ def print_ingest(run: IngestRun, sl: Slice) -> None:
         f"peak RSS: process tree (summed VmRSS, sampled) {run.tree_rss_mb:.0f} MB "
         f"(floor ≤ {RSS_FLOOR_MB:.0f}: {verdict(run.tree_rss_mb <= RSS_FLOOR_MB)}); "
         f"largest single process (ru_maxrss) {m.max_rss_mb:.0f} MB"
+    )
+    parts = ", ".join(f"{name} {mb:.0f} MB" for name, mb in run.peak_parts_mb.items())
+    running = ", ".join(f"{stage} {n}" for stage, n in run.peak_running.items()) or "none"
+    print(
+        f"the tree's peak {run.peak_after_s:.0f}s after ingest started: {parts}; "
+        f"jobs running then: {running}"
     )
     print(
         f"images: {sl.images} embedded in the PDFs, {run.images_stored} stored, "

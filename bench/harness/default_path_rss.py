@@ -4,12 +4,14 @@
 ``ingest`` runs a parser process beside itself, so what the user's machine holds at once
 is their sum. :class:`TreeRss` samples it in a thread: the sum of ``VmRSS`` over every
 descendant of a process (pages shared between them, such as a forked child's, count once
-per process, as ``top`` shows them), its maximum kept. A sample can miss a short spike.
+per process, as ``top`` shows them), its maximum kept, with when it was sampled and each
+process's share of it (what was running then). A sample can miss a short spike.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
@@ -51,13 +53,34 @@ def _parents() -> dict[int, int]:
 
 def tree_rss_kb(root: int) -> int:
     """The summed ``VmRSS`` (KiB) of ``root``'s descendants now."""
-    total = 0
+    return sum(tree_parts_kb(root).values())
+
+
+def tree_parts_kb(root: int) -> dict[str, int]:
+    """Each descendant of ``root``'s ``VmRSS`` (KiB) now, by :func:`process_name`."""
+    parts: dict[str, int] = {}
     for pid in descendants(_parents(), root):
         try:
-            total += int(_status(pid).get("VmRSS", "0 kB").split()[0])
+            kb = int(_status(pid).get("VmRSS", "0 kB").split()[0])
+            name = process_name(pid)
         except (OSError, ValueError):
             continue
-    return total
+        parts[name] = parts.get(name, 0) + kb
+    return parts
+
+
+def process_name(pid: int) -> str:
+    """What a process runs: a Python module (``runtime``, ``stages.parsing.child``), a
+    Python script's name, or the command's."""
+    args = (_PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
+    words = [a.decode(errors="replace") for a in args if a]
+    if not words:
+        return "?"
+    if "-m" in words[:-1]:
+        return words[words.index("-m") + 1]
+    if "python" in Path(words[0]).name and len(words) > 1 and not words[1].startswith("-"):
+        return Path(words[1]).name
+    return Path(words[0]).name
 
 
 class TreeRss:
@@ -67,6 +90,10 @@ class TreeRss:
         self.root = root
         self.every_s = every_s
         self.max_kb = 0
+        #: When the maximum was sampled (``time.time()``) and each process's share of it.
+        self.max_at = 0.0
+        self.max_parts: dict[str, int] = {}
+        self.started = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -76,10 +103,13 @@ class TreeRss:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.max_kb = max(self.max_kb, tree_rss_kb(self.root))
+            parts = tree_parts_kb(self.root)
+            if sum(parts.values()) > self.max_kb:
+                self.max_kb, self.max_at, self.max_parts = sum(parts.values()), time.time(), parts
             self._stop.wait(self.every_s)
 
     def __enter__(self) -> TreeRss:
+        self.started = time.time()
         self._thread.start()
         return self
 

@@ -5,7 +5,8 @@ with chunking, indexing and the event loop; the child (``python -m stages.parsin
 runs beside them, keeps MuPDF's memory out of the worker, and turns a crash in MuPDF into
 one failed attempt (:class:`ParserDied`). One :class:`ParserProcess` per worker process,
 one document at a time, stopped by :meth:`aclose`; the worker waits for its
-:class:`~stages.parsing.wire.Ready` (:meth:`wait_ready`) before its first claim. Why, and
+:class:`~stages.parsing.wire.Ready` (:meth:`wait_ready`) before its first claim. A parser
+left idle for :data:`IDLE_STOP_S` stops, and the next document starts another. Why, and
 the figures: docs/architecture.md, "Throughput and latency".
 """
 
@@ -55,18 +56,36 @@ class ParserDied(RuntimeError):
 
 #: How a worker starts its parser.
 CHILD_COMMAND = (sys.executable, "-m", "stages.parsing.child")
+#: A parser this long without a document stops. Between batches of documents it would
+#: hold its imports and heap (55-62 MB) beside the worker's models while they describe
+#: and embed what it read; starting another takes ~0.4 s of CPU. On bench.default_path's
+#: slice ingest's peak came 35-42 s in, some 15-20 s after the last document was
+#: parsed: with 20 s the parser was still there at it, with 10 s not
+#: (docs/performance.md).
+IDLE_STOP_S = 10.0
 
 
 class ParserProcess:
-    def __init__(self, command: Sequence[str] = CHILD_COMMAND, cwd: str | None = None) -> None:
+    def __init__(
+        self,
+        command: Sequence[str] = CHILD_COMMAND,
+        cwd: str | None = None,
+        idle_stop_s: float | None = IDLE_STOP_S,
+    ) -> None:
         """``command`` (and ``cwd``): another parser to start, such as an older tree's
-        (``bench/bombs.py --baseline``); the socket's descriptor is its last argument."""
+        (``bench/bombs.py --baseline``); the socket's descriptor is its last argument.
+        ``idle_stop_s``: stop a parser left that long without a document (None: never)."""
         self._command = tuple(command)
         self._cwd = cwd
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
         self._ready = False
+        self._idle_stop_s = idle_stop_s
+        #: Documents asked for so far: an idle timer armed after the n-th stops the
+        #: parser only if no other came since.
+        self._asked = 0
+        self._idle_timer: threading.Timer | None = None
 
     @property
     def pid(self) -> int | None:
@@ -86,6 +105,7 @@ class ParserProcess:
         """
         with self._lock:
             self._ready_socket()
+            self._stop_when_idle()
 
     def parse(self, request: ParseRequest, take: Callable[[Unit], None]) -> None:
         """Read one document, handing each page (or section) to ``take`` in order.
@@ -97,7 +117,11 @@ class ParserProcess:
         :raises ParserDied: the parser process exited meanwhile.
         """
         with self._lock:
-            failed = self._converse(request, take)
+            self._asked += 1
+            try:
+                failed = self._converse(request, take)
+            finally:
+                self._stop_when_idle()
         if failed is not None:
             raise _error(failed)
 
@@ -126,6 +150,21 @@ class ParserProcess:
                 self._reap(kill=True)
                 raise
 
+    def _stop_when_idle(self) -> None:
+        """Arm the idle timer: the parser stops unless another document comes first."""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        if self._idle_stop_s is None or self._sock is None:
+            return
+        self._idle_timer = threading.Timer(self._idle_stop_s, self._idle, (self._asked,))
+        self._idle_timer.daemon = True
+        self._idle_timer.start()
+
+    def _idle(self, asked: int) -> None:
+        with self._lock:
+            if asked == self._asked:
+                self._reap()  # between documents: it exits on EOF
+
     def _io(self, request: ParseRequest, call: Callable[[], T]) -> T:
         try:
             return call()
@@ -141,6 +180,8 @@ class ParserProcess:
 
     def close(self) -> None:
         with self._lock:
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
             self._reap()
 
     def _ready_socket(self) -> socket.socket:

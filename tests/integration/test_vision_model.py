@@ -22,7 +22,7 @@ from bench.harness.fake_cohere import FakeCohere, Fault
 from runtime.errors import ConfigurationError, PermanentError, RateLimited, TransientError
 from stages.adapters.vision.cohere import CohereVision, CohereVisionConfig
 from stages.adapters.vision.none import NoVision
-from stages.adapters.vision.ocr import LocalOCR, reading_order
+from stages.adapters.vision.ocr import LocalOCR, LocalOCRConfig, reading_order
 from stages.ports.vision import VisionModel
 from stages.services import vision_for
 from stages.settings import PipelineSettings
@@ -275,12 +275,34 @@ async def test_ocr_detection_passes_keep_within_their_budget(
 
     monkeypatch.setattr(budget, "hold", recorded)
     # 1,600 x 900: the detector's input is 960 x 544 (522,240 pixels), two of which are
-    # over the budget of one 960 x 960 pass: four such calls at once detect one by one.
+    # over the budget of one band (736 x 736): four such calls at once detect one by one.
     page = render_text([(30, 60, "Detected one at a time")], width=800, height=450)
     texts = await asyncio.gather(*(ocr.describe(page, "image/png") for _ in range(4)))
     assert [words(t) for t in texts] == [words("Detected one at a time")] * 4
     assert held_at_start == [960 * 544] * 4
     assert budget.held == 0
+
+
+async def test_ocr_reads_across_detection_bands_as_in_one_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 400 x 500 pt at 144 dpi: 800 x 1000 px, a 768 x 960 detector input cut into two
+    # bands at row 480 (page row 500, y 250 pt), where a line of text sits astride.
+    expected = [f"Row {i}: banded detection keeps {100 + i * 53}" for i in range(17)]
+    png = render_text([(20, 40 + 26 * i, t) for i, t in enumerate(expected)], 400, 500)
+    banded, whole = LocalOCR(), LocalOCR(LocalOCRConfig(det_band_pixels=0))
+    hold = banded.detection_budget.hold
+    runs: list[int] = []
+
+    def recorded(pixels: int) -> contextlib.AbstractContextManager[None]:
+        runs.append(pixels)
+        return hold(pixels)
+
+    monkeypatch.setattr(banded.detection_budget, "hold", recorded)
+    got = await banded.describe(png, "image/png")
+    assert runs == [544 * 768, 544 * 768]
+    assert [words(line) for line in got.splitlines()] == [words(t) for t in expected]
+    assert got == await whole.describe(png, "image/png")
 
 
 def test_reading_order_groups_by_line_then_x() -> None:

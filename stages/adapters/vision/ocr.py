@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import logging
 import threading
 from collections.abc import Iterator, Sequence
@@ -37,6 +38,14 @@ class LocalOCRConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: The detector resizes the longer side to this; rapidocr's default (shorter side to
     #: 736) blows a wide 1200x400 image up to 2208x736 and runs ~7x slower.
     det_max_side: int = 960
+    #: Detector inputs over this many pixels run in overlapping bands of at most this many
+    #: (:func:`detection_bands`), their text maps stitched back into one, so that a pass
+    #: holds what a 736 x 736 input needs rather than a 960 x 960 one (~100 MB against
+    #: ~175 at peak), for the same boxes. 0: never. A smaller ``det_max_side`` instead
+    #: lost 6.8% of the corpus's words (docs/performance.md).
+    det_band_pixels: int = 736 * 736
+    #: Rows (or columns) of context each band reads beyond the part of the map it keeps.
+    det_band_margin: int = 64
     #: Text lines recognised per run. RapidOCR's 6 pads each line to the widest of its
     #: batch: on the corpus's images 2 took 9% less CPU and a fifth less peak memory, for
     #: the same words.
@@ -65,9 +74,11 @@ class LocalOCR:
         self._idle: list[RapidOCR] = []
         self._lock = threading.Lock()
         self._models: tuple[Any, Any] | None = None
-        #: What detection passes hold while they run: one pass at the detector's largest
-        #: input at a time, or several smaller ones (see :class:`PixelBudget`).
-        self.detection_budget = PixelBudget(self.config.det_max_side**2)
+        #: What detection passes hold while they run: one at the detector's largest input
+        #: (or band) at a time, or several smaller ones (see :class:`PixelBudget`).
+        self.detection_budget = PixelBudget(
+            self.config.det_band_pixels or self.config.det_max_side**2
+        )
 
     metered = False
     describes = True
@@ -148,7 +159,13 @@ class LocalOCR:
             if self._models is None:
                 det = engine._load_det_model()  # type: ignore[no-untyped-call]
                 rec = engine._load_rec_model()  # type: ignore[no-untyped-call]
-                det.session = _Shared(det.session, self.detection_budget, shrink_above=0)
+                det.session = _Shared(
+                    det.session,
+                    self.detection_budget,
+                    shrink_above=0,
+                    band_pixels=self.config.det_band_pixels,
+                    band_margin=self.config.det_band_margin,
+                )
                 rec.session = _Shared(rec.session, None, shrink_above=REC_SHRINK_ABOVE)
                 self._models = (det, rec)
             det, rec = self._models
@@ -184,9 +201,9 @@ class PixelBudget:
     """Detection passes in flight, by their input's pixels: a pass waits while others
     hold more than ``pixels`` with it, unless none runs (a larger input runs alone).
 
-    A detection pass's memory grows with its input (~200 MB at 960 x 960): two passes
-    over large pictures at once held twice that, and made ingest's peak. Small pictures,
-    most of a manual's, still run side by side."""
+    A detection pass's memory grows with its input (~175 MB at 960 x 960, ~100 at one
+    band of 736 x 736 pixels): two passes over large pictures at once held twice that,
+    and made ingest's peak. Small pictures, most of a manual's, still run side by side."""
 
     def __init__(self, pixels: int) -> None:
         self.pixels = pixels
@@ -206,10 +223,54 @@ class PixelBudget:
                 self._changed.notify_all()
 
 
+#: The detector's input sides are multiples of this (rapidocr rounds them to it).
+DET_STRIDE = 32
+
+
+def detection_bands(length: int, across: int, max_pixels: int, margin: int) -> list[Band]:
+    """How a detector input ``length`` long (the axis it is cut along) and ``across``
+    wide runs in bands of at most ``max_pixels`` (``length`` x ``across`` over it): the
+    fewest bands, cut into equal parts on multiples of :data:`DET_STRIDE`, each reading
+    ``margin`` more on its inner sides. One band (the whole input) when it fits, or when
+    no cut would (a margin wider than the band)."""
+    whole = [Band(0, length, 0, length)]
+    if max_pixels <= 0 or length * across <= max_pixels:
+        return whole
+    steps = -(-length // DET_STRIDE)
+    for n in range(2, steps + 1):
+        core = -(-steps // n) * DET_STRIDE
+        cuts = [min(i * core, length) for i in range(n + 1)]
+        bands = [
+            Band(max(0, a - margin), min(length, b + margin), a, b)
+            for a, b in itertools.pairwise(cuts)
+            if b > a
+        ]
+        if max(b.end - b.start for b in bands) * across <= max_pixels:
+            return bands
+        if core <= 2 * margin:
+            break
+    return whole
+
+
+class Band(msgspec.Struct, frozen=True):
+    """Part of a detector input: it reads ``start:end`` and keeps ``keep_start:keep_end``."""
+
+    start: int
+    end: int
+    keep_start: int
+    keep_end: int
+
+
 class _Shared:
     """A RapidOCR model's onnxruntime session as its engines call it (``session(batch)``),
     shared by every engine of a :class:`LocalOCR`; the detector's runs hold their input's
     pixels of the :class:`PixelBudget`, the recogniser's (a few MB a batch) none.
+
+    Detector inputs over ``band_pixels`` run in bands (:func:`detection_bands`) along
+    their longer side: the detector's output is a text-probability map the size of its
+    input, so each band's map, less its margins, is copied into the whole one, and
+    rapidocr finds its boxes on that as on one pass's. A pass's memory grows with its
+    input's pixels; the bands' margins cost their pixels' CPU (~13% at 960 x 960).
 
     A run over more than ``shrink_above`` pixels hands the arena's unused memory back
     (``memory.enable_memory_arena_shrinkage``), so what a large input needed is not held
@@ -217,12 +278,21 @@ class _Shared:
     (docs/performance.md).
     """
 
-    def __init__(self, inner: Any, budget: PixelBudget | None, shrink_above: int) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        budget: PixelBudget | None,
+        shrink_above: int,
+        band_pixels: int = 0,
+        band_margin: int = 0,
+    ) -> None:
         import onnxruntime
 
         self.inner = inner
         self.budget = budget
         self.shrink_above = shrink_above
+        self.band_pixels = band_pixels
+        self.band_margin = band_margin
         self._input = inner.get_input_names()[0]
         self._outputs = inner.get_output_names()
         self._keep = onnxruntime.RunOptions()
@@ -230,6 +300,26 @@ class _Shared:
         self._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
 
     def __call__(self, batch: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        height, width = batch.shape[-2:]
+        axis = -2 if height >= width else -1
+        length, across = (height, width) if axis == -2 else (width, height)
+        bands = detection_bands(length, across, self.band_pixels, self.band_margin)
+        if len(bands) == 1:
+            return self._run(batch)
+        out: np.ndarray[Any, Any] | None = None
+        for band in bands:
+            part = self._run(np.ascontiguousarray(_cut(batch, axis, band.start, band.end)))
+            if out is None:
+                shape = list(part.shape)
+                shape[axis] = length
+                out = np.empty(shape, dtype=part.dtype)
+            begin = band.keep_start - band.start
+            kept = _cut(part, axis, begin, begin + band.keep_end - band.keep_start)
+            _cut(out, axis, band.keep_start, band.keep_end)[...] = kept
+        assert out is not None
+        return out
+
+    def _run(self, batch: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         pixels = batch.shape[-2] * batch.shape[-1]
         options = self._shrink if pixels * batch.shape[0] > self.shrink_above else self._keep
         with self.budget.hold(pixels) if self.budget else contextlib.nullcontext():
@@ -238,3 +328,8 @@ class _Shared:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)  # have_key, get_character_list, ...
+
+
+def _cut(array: np.ndarray[Any, Any], axis: int, start: int, end: int) -> np.ndarray[Any, Any]:
+    """``array[..., start:end, :]`` (``axis`` -2) or ``array[..., start:end]`` (-1): a view."""
+    return array[..., start:end, :] if axis == -2 else array[..., start:end]

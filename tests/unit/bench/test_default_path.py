@@ -68,6 +68,10 @@ def test_tree_rss_sums_every_process_below_the_root(tmp_path: Path) -> None:
     # 40 + 80 MB held below the root (plus two interpreters); the larger alone is < 110.
     assert 120 <= total_mb < 400
     assert peak.max_mb >= 120
+    # Where the peak was: each kind of process's share (the two holders, summed).
+    assert set(peak.max_parts) == {"holder.py"}
+    assert peak.max_parts["holder.py"] / 1024 >= 120
+    assert peak.started <= peak.max_at
 
 
 def test_embed_batches_are_per_document_distinct_texts_cut_at_max_batch() -> None:

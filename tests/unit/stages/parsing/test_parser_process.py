@@ -7,7 +7,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,54 @@ def test_a_started_parser_says_it_is_ready_and_then_reads(parser: ParserProcess)
     assert parser.pid is not None
     parser.wait_ready()  # once ready, at once
     assert [u.page for u in read(parser, SAMPLES / "lighthouses.pdf")][:1] == [1]
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_an_idle_parser_stops_and_the_next_document_starts_another() -> None:
+    # Between batches of documents it would hold its imports and heap beside the models.
+    parser = ParserProcess(idle_stop_s=0.3)
+    try:
+        parser.wait_ready()
+        first = parser._proc
+        assert first is not None
+        assert wait_for(lambda: first.poll() is not None)
+        assert first.returncode == 0 and parser.pid is None
+        assert read(parser, SAMPLES / "sourdough.pdf")
+        second = parser._proc
+        assert second is not None and second.pid != first.pid
+        assert wait_for(lambda: second.poll() is not None)  # idle again after it
+    finally:
+        parser.close()
+
+
+def test_a_parser_given_documents_within_the_idle_time_keeps_running(tmp_path: Path) -> None:
+    parser = ParserProcess(idle_stop_s=1.5)
+    try:
+        parser.wait_ready()
+        pid = child_pid(parser)
+        for _ in range(4):
+            time.sleep(0.5)  # 2 s in all, each wait under the idle time
+            assert read(parser, SAMPLES / "sourdough.pdf")
+        assert child_pid(parser) == pid
+    finally:
+        parser.close()
+
+
+def test_without_an_idle_time_the_parser_stays() -> None:
+    parser = ParserProcess(idle_stop_s=None)
+    try:
+        parser.wait_ready()
+        assert parser._idle_timer is None
+    finally:
+        parser.close()
 
 
 def broken_pymupdf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -153,6 +153,23 @@ def test_text_of_every_page_in_order() -> None:
         assert page.text == f"{word} page"
 
 
+def test_after_the_last_page_all_free_heap_goes_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The parser process idles beside the worker's models between documents: it keeps
+    # none of its free heap (a worker keeps 64 MB for its next job).
+    kept: list[int] = []
+
+    def release(keep: int) -> bool:
+        kept.append(keep)
+        return True
+
+    monkeypatch.setattr(stages.parsing.formats.pdf, "release_free_heap", release)
+    doc = open_pdf(pdf_bytes(["alpha page", "beta page"]), name="t.pdf")
+    pages = iter_pages(doc)
+    next(pages)
+    assert kept == []
+    assert list(pages) and kept == [0]
+
+
 def test_an_unreadable_page_is_left_out_and_the_rest_parsed(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
