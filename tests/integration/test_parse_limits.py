@@ -35,17 +35,20 @@ LIMITS = {
 }
 
 
-def bombs(folder: Path) -> dict[Path, str]:
-    """Each bomb, and the one line its document must fail with."""
+def bombs(folder: Path) -> dict[Path, str | tuple[str, ...]]:
+    """Each bomb, and the one line its document must fail with (or one of those lines)."""
     return {
         # 60 MB of one-letter paragraphs: streamed, but longer than 5 s of CPU (and the
         # text limit, which it would reach later).
         docx_bomb(folder / "bomb.docx", 60): (
             "parse: bomb.docx: exceeded the 5 s CPU limit (RAGLINE_PARSE_CPU_S)"
         ),
-        # MuPDF would hold this chapter in over a gigabyte.
+        # MuPDF would hold this chapter in over a gigabyte: it reaches the memory limit
+        # after ~4-5 s of CPU, so on a slower host the CPU limit may end it first (the
+        # memory limit alone: tests/unit/stages/parsing/test_bombs.py, with 120 s of CPU).
         epub_bomb(folder / "bomb.epub", 16): (
-            "parse: bomb.epub: exceeded the 512 MB memory limit (RAGLINE_PARSE_MEMORY_MB)"
+            "parse: bomb.epub: exceeded the 512 MB memory limit (RAGLINE_PARSE_MEMORY_MB)",
+            "parse: bomb.epub: exceeded the 5 s CPU limit (RAGLINE_PARSE_CPU_S)",
         ),
         xps_bomb(folder / "bomb.xps", 34): (
             "parse: bomb.xps: its part 1.fpage unpacks to 33.9 MB, more than the 32 MB an XPS "
@@ -78,7 +81,9 @@ async def test_bombs_fail_at_parse_in_one_line_once_and_the_worker_reads_on(
         await env.run(timeout_s=240)
         for doc_id, (path, line) in zip(ids, expected.items(), strict=False):
             doc = await env.doc(doc_id)
-            assert (doc.status, doc.error) == (DocumentStatus.FAILED, line), path.name
+            lines = line if isinstance(line, tuple) else (line,)
+            assert doc.status == DocumentStatus.FAILED, path.name
+            assert doc.error in lines, (path.name, doc.error)
             [job] = await env.stage_jobs(doc_id)
             assert (job.stage, job.state, job.attempts) == ("parse", JobState.FAILED, 1)
         last = await env.doc(ids[-1])
