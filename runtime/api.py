@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from runtime.process.heap import release_free_heap
     from runtime.process.names import escape_name
     from runtime.process.tracing import annotate, document_span, traceparent_of
+    from runtime.providers.backoff import parse_retry_after
     from runtime.providers.gate import Providers
     from runtime.providers.specs import ProviderSpec, ProviderState
     from runtime.settings import MAX_SECONDS, EnvReader, Setting

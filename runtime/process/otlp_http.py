@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import gzip
 import logging
-import math
 import random
 import ssl
 import time
 import zlib
 from collections.abc import Callable, Mapping
-from email.utils import parsedate_to_datetime
 from typing import Final
 
 import httpx
 from opentelemetry.util.re import parse_env_headers
+
+from runtime.providers.backoff import parse_retry_after
 
 log = logging.getLogger("ragline.span_exporter")
 
@@ -104,22 +104,8 @@ def tls(env: Mapping[str, str]) -> ssl.SSLContext | bool:
     return context
 
 
-def retry_after_s(value: str | None) -> float | None:
-    """``Retry-After`` in seconds: a number of them, or an HTTP date (None: neither)."""
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        pass
-    else:
-        return max(seconds, 0.0) if math.isfinite(seconds) else None
-    try:
-        at = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(at.timestamp() - time.time(), 0.0)
+#: ``Retry-After`` in seconds (the engine's one reader of that header).
+retry_after_s = parse_retry_after
 
 
 def _compressor(kind: str) -> Callable[[bytes], bytes]:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import random
+import time
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 
 DEFAULT_BASE_S = 2.0
 DEFAULT_CAP_S = 300.0
@@ -30,6 +34,27 @@ def retry_delay_s(
     if retry_after_s is not None:
         delay = max(delay, min(retry_after_s, cap_s))
     return delay
+
+
+def parse_retry_after(value: str | None, *, now_s: float | None = None) -> float | None:
+    """A ``Retry-After`` header's value in seconds: a number of them, or an HTTP date
+    (from ``now_s``, else now); None when absent or unreadable."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return max(seconds, 0.0) if math.isfinite(seconds) else None
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # "-0000": UTC, says RFC 5322
+        when = when.replace(tzinfo=UTC)
+    return max(when.timestamp() - (time.time() if now_s is None else now_s), 0.0)
 
 
 class Reconnect:

@@ -11,8 +11,6 @@ ragline's error classes.
 from __future__ import annotations
 
 import contextlib
-import email.utils
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -21,7 +19,14 @@ import httpx
 import msgspec
 from cohere.core.api_error import ApiError
 
-from runtime.api import PermanentError, RateLimited, StageError, TransientError, one_line
+from runtime.api import (
+    PermanentError,
+    RateLimited,
+    StageError,
+    TransientError,
+    one_line,
+    parse_retry_after,
+)
 
 #: Statuses that mean "try again later" besides 429 and the 5xx range.
 _TRANSIENT_4XX = frozenset({408})
@@ -117,19 +122,7 @@ def error_detail(body: Any) -> str:
 
 def retry_after_s(headers: Mapping[str, str] | None, *, now_s: float | None = None) -> float | None:
     """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP-date)."""
-    value = _header(headers, "retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    now = time.time() if now_s is None else now_s
-    return max(0.0, when.timestamp() - now)
+    return parse_retry_after(_header(headers, "retry-after"), now_s=now_s)
 
 
 def _header(headers: Mapping[str, str] | None, name: str) -> str | None:

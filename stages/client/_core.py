@@ -3,18 +3,18 @@ becomes a struct or an exception, search's query string, and the SSE parser."""
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import random
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 import httpx
 import msgspec
 
+from runtime.api import parse_retry_after
 from stages.client.errors import (
     BY_STATUS,
     ApiError,
@@ -77,21 +77,7 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
 def retry_after_s(response: httpx.Response) -> float | None:
     """``Retry-After`` in seconds: a number of seconds or an HTTP date; None if absent
     or unreadable."""
-    raw = response.headers.get("retry-after")
-    if raw is None:
-        return None
-    raw = raw.strip()
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    return parse_retry_after(response.headers.get("retry-after"))
 
 
 def should_retry(response: httpx.Response) -> bool:
