@@ -14,7 +14,13 @@ prints three sections (four with ``--parts ...,trace``) and drops the database:
    process (``bench.harness.otlp``), side by side.
 
 Figures are printed, never asserted: the machine is shared and noisy, so only the ratios
-of runs made side by side (alternating, median of ``--repeat``) mean much.
+of runs made side by side mean much. Each contender runs once unmeasured first (a run's
+first pass warms PostgreSQL's caches and the process's), then ``--repeat`` times in
+rounds whose order turns (each contender goes first in turn), and the median is
+reported. The
+process is set up as a worker process is (:func:`runtime.process.interpreter.
+tune_worker_interpreter`: the start-up heap frozen, young collections every 10,000
+allocations), so the collector costs what it costs in ``python -m runtime``.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from bench.report import verdict as verdict
 from runtime.jobs.postgres import JobRepository
 from runtime.jobs.postgres import Q as JOB_QUERIES
 from runtime.models import NewJob
+from runtime.process.interpreter import tune_worker_interpreter
 from runtime.process.tracing import TRACER
 from runtime.stage import Pipeline
 from runtime.worker.config import WorkerConfig
@@ -73,6 +80,9 @@ TRACE_NOOP_FLOOR = 0.97
 TRACE_EXPORT_FLOOR = 0.90
 #: The share of documents sampled in the last tracing column.
 TRACE_SAMPLED = 0.1
+#: Rounds of the tracing section unless ``--repeat`` says otherwise: its four contenders'
+#: differences are a few percent, the spread of single runs on a shared host more.
+TRACE_REPEAT = 5
 #: Poll interval of the throughput workers; with LISTEN on it is only the fallback.
 THROUGHPUT_POLL_S = 1.0
 #: Poll interval of the wake-latency worker (its fallback when NOTIFY is off).
@@ -93,6 +103,8 @@ class Options(Scale, frozen=True, kw_only=True):
     small_rows: int = 1000
     big_rows: int = 1_000_000
     parts: tuple[str, ...] = PARTS
+    #: Rounds of the tracing section (``--repeat`` sets both).
+    trace_repeat: int = TRACE_REPEAT
 
 
 # -- SQL of the benchmark itself (the engine's own queries stay in schema/queries) --------
@@ -309,16 +321,19 @@ async def throughput(
     opts: Options,
     contenders: Sequence[Runner],
     sampled: Sequence[float | None] | None = None,
+    repeat: int | None = None,
 ) -> list[list[float]]:
-    """Per contender, per slot count: the median of ``repeat`` alternating runs (each
-    contender's documents traced as ``sampled`` says, :func:`reseed`)."""
+    """Per contender, per slot count: the median of ``repeat`` (default ``opts.repeat``)
+    rounds after one unmeasured run each (each contender's documents traced as
+    ``sampled`` says, :func:`reseed`)."""
     results: list[list[float]] = [[] for _ in contenders]
-    shares = sampled or [None] * len(contenders)
+    shares = list(sampled or [None] * len(contenders))
     for slots in opts.slots:
         runs: list[list[float]] = [[] for _ in contenders]
-        for _ in range(opts.repeat):
-            for runner, out, share in zip(contenders, runs, shares, strict=True):
-                out.append(await hops_per_s(dsn, opts.docs, slots, runner, share))
+        for i, measured in warm_up_then_turns(len(contenders), repeat or opts.repeat):
+            hops = await hops_per_s(dsn, opts.docs, slots, contenders[i], shares[i])
+            if measured:
+                runs[i].append(hops)
         for result, out in zip(results, runs, strict=True):
             result.append(statistics.median(out))
         print(
@@ -329,11 +344,20 @@ async def throughput(
     return results
 
 
+def warm_up_then_turns(contenders: int, rounds: int) -> list[tuple[int, bool]]:
+    """The runs in order, as (contender, measured): each contender once unmeasured, then
+    ``rounds`` rounds, round ``r`` starting with contender ``r`` (mod their count)."""
+    order = [(i, False) for i in range(contenders)]
+    for r in range(rounds):
+        order += [((r + k) % contenders, True) for k in range(contenders)]
+    return order
+
+
 async def section_throughput(dsn: str, opts: Options) -> None:
     heading(
         f"1. Throughput: no-op {len(STAGES)}-stage pipeline, {opts.docs} documents "
         f"(hops/s = {len(STAGES)}N / time until all ready; median of {opts.repeat}, "
-        "alternating; raw runs ragline, baseline)"
+        "after a warm-up run each, alternating; raw runs ragline, baseline)"
     )
     ragline, baseline = await throughput(dsn, opts, (run_ragline, run_baseline))
     widths = (5, 15, 16, 6, 12)
@@ -555,7 +579,8 @@ async def section_trace(dsn: str, opts: Options) -> None:
 
     heading(
         f"4. Tracing: section 1's pipeline, {opts.docs} documents each in a trace of its own "
-        f"(median of {opts.repeat}, alternating; raw runs off, no exporter, OTLP exporter, "
+        f"(median of {opts.trace_repeat} rounds after a warm-up run each, the order turning; "
+        "raw runs off, no exporter, OTLP exporter, "
         f"OTLP exporter with 1 document in {round(1 / TRACE_SAMPLED)} sampled)"
     )
     print(
@@ -579,7 +604,7 @@ async def section_trace(dsn: str, opts: Options) -> None:
         )
         try:
             off, noop, exported, sampled = await throughput(
-                dsn, opts, contenders, [1.0, 1.0, 1.0, TRACE_SAMPLED]
+                dsn, opts, contenders, [1.0, 1.0, 1.0, TRACE_SAMPLED], opts.trace_repeat
             )
         finally:
             exporter_cpu_s = cpu_s(exporter_pid)
@@ -593,7 +618,8 @@ async def section_trace(dsn: str, opts: Options) -> None:
     medians = [[statistics.median(c[slots]) for slots in opts.slots] for c in cpu]
     inverse = [[1e6 / us for us in column] for column in medians]
     trace_table(opts, *inverse, show=lambda v: f"{1e6 / v:.0f}")
-    runs = len(opts.slots) * opts.repeat * len(STAGES) * opts.docs
+    # Every run counts here, the warm-up's too.
+    runs = len(opts.slots) * (opts.trace_repeat + 1) * len(STAGES) * opts.docs
     print(
         f"spans the receiver got: {received:,}, each run's exactly its sampled stage runs "
         f"({runs:,} exported in full, {runs:,} sampled at {TRACE_SAMPLED:g}); the exporter "
@@ -634,6 +660,7 @@ SECTIONS: dict[str, Callable[[str, Options], Awaitable[None]]] = {
 
 
 async def main(opts: Options) -> None:
+    tune_worker_interpreter()
     await banner(opts.server_dsn, "ragline engine benchmark", "uvloop")
     async with bench_database(opts.server_dsn) as dsn:
         for part in opts.parts:
@@ -648,9 +675,18 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     )
     full = Options(server_dsn=server_dsn())
     quick = msgspec.structs.replace(
-        full, docs=300, slots=(1, 4), repeat=1, wake_jobs=40, claims=200, big_rows=100_000
+        full,
+        docs=300,
+        slots=(1, 4),
+        repeat=1,
+        trace_repeat=1,
+        wake_jobs=40,
+        claims=200,
+        big_rows=100_000,
     )
     opts, args = parse_scaled(parser, argv, full, quick)
+    if args.repeat is not None:
+        opts = msgspec.structs.replace(opts, trace_repeat=args.repeat)
     if not args.parts:
         return opts
     parts = tuple(p for p in args.parts.split(",") if p in SECTIONS)
