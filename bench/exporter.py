@@ -10,8 +10,8 @@ through the real :class:`~runtime.process.span_shipper.Shipper`. The CPU is the 
 process's (``/proc``) from its first answered flush (started, imports done) to the last
 (everything received), so its start-up is printed apart.
 
-``--baseline DIR``: another source tree (say ``git archive main runtime | tar -x -C DIR``)
-whose exporter runs alternately with this one's, so the two are compared side by side.
+``--baseline DIR`` (repeatable): another source tree (say ``git archive main runtime | tar
+-x -C DIR``) whose exporter runs alternately with this one's, named by its directory.
 """
 
 from __future__ import annotations
@@ -50,15 +50,23 @@ def make_span(tracer: LightTracer, i: int, retried_every: int) -> None:
     span.end()
 
 
+def exporter_command(tree: str) -> list[str]:
+    """``python -m runtime.process.span_exporter`` with ``tree``'s ``runtime`` first on
+    the path (``-m`` itself would put the working directory first)."""
+    code = (
+        f"import runpy, sys; sys.path.insert(0, {tree!r}); "
+        "runpy.run_module('runtime.process.span_exporter', run_name='__main__')"
+    )
+    return [sys.executable, "-c", code]
+
+
 def one_run(
-    receiver: ReceiverProcess, spans: int, retried_every: int, pythonpath: str | None
+    receiver: ReceiverProcess, spans: int, retried_every: int, tree: str
 ) -> tuple[float, float]:
     """The exporter's start-up CPU and its CPU per span (µs) for ``spans`` spans."""
     env = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.url}
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath
     settings = BatchSettings.from_env({"OTEL_BSP_MAX_QUEUE_SIZE": str(spans + 1)})
-    shipper = Shipper(RESOURCE, ["otlp"], settings, env)
+    shipper = Shipper(RESOURCE, ["otlp"], settings, env, exporter_command(tree))
     try:
         if not shipper.flush(60):
             raise RuntimeError("the exporter process did not start")
@@ -87,12 +95,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--retried-every", type=int, default=20, help="one span in N a retried run's (20)"
     )
-    parser.add_argument("--baseline", help="a source tree whose exporter to compare with")
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        help="a source tree whose exporter to compare with (repeatable)",
+    )
     args = parser.parse_args(argv)
     here = str(Path(__file__).resolve().parents[1])
-    trees = {"this": here}
-    if args.baseline:
-        trees = {"baseline": str(Path(args.baseline).resolve()), **trees}
+    trees = {Path(tree).name: str(Path(tree).resolve()) for tree in args.baseline}
+    trees["this"] = here
     figures: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
     with receiver_process() as receiver:
         for _ in range(args.repeat):
@@ -103,12 +115,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"exporter process, {args.spans:,} spans a run (1 in {args.retried_every} a retried "
         f"run's), median of {args.repeat}, alternating"
     )
-    print(f"{'tree':<10} {'start-up CPU s':>15} {'CPU µs a span':>14}  runs")
+    print(f"{'tree':<14} {'start-up CPU s':>15} {'CPU µs a span':>14}  runs")
     for name, runs in figures.items():
         startup = statistics.median(s for s, _ in runs)
         per_span = statistics.median(u for _, u in runs)
         each = " ".join(f"{u:.2f}" for _, u in runs)
-        print(f"{name:<10} {startup:>15.2f} {per_span:>14.2f}  {each}")
+        print(f"{name:<14} {startup:>15.2f} {per_span:>14.2f}  {each}")
     sys.stdout.flush()
 
 
