@@ -39,8 +39,24 @@ def body(count: int = 3) -> bytes:
     return Encoder(RESOURCE).request(shipped(spans))
 
 
+#: The clients a test made, closed after it (the receiver keeps connections alive).
+_made: list[OtlpHttp] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _made:
+        _made.pop().shutdown()
+
+
+def kept(one: OtlpHttp) -> OtlpHttp:
+    _made.append(one)
+    return one
+
+
 def client(collector: Receiver, sleeps: Sleeps, **env: str) -> OtlpHttp:
-    return OtlpHttp({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": collector.url, **env}, sleeps)
+    return kept(OtlpHttp({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": collector.url, **env}, sleeps))
 
 
 def error_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -99,7 +115,7 @@ def test_nobody_listening_drops_the_batch_and_raises_nothing(
     sleeps = Sleeps()
     env = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": url, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "2.5"}
     with caplog.at_level(logging.INFO):
-        assert not OtlpHttp(env, sleeps).export(body(), 3)
+        assert not kept(OtlpHttp(env, sleeps)).export(body(), 3)
     assert len(sleeps.asked) == 2  # about 1 and 2 s; 4 s (±20%) is past the 2.5 s budget
     (line,) = error_lines(caplog)
     assert line.startswith("tracing: dropped 3 spans: the OTLP endpoint answered ConnectError")
