@@ -129,6 +129,8 @@ _JOB_HEADS = [b""] + [
 _TIMES = struct.Struct("<BQBQ").pack
 #: ``Span.status`` for an unset code and no message: an empty message, always sent.
 _UNSET = b"\x7a\x00"
+#: ``ScopeSpans.spans``' tag and a span's size, for the sizes a stage run's span has.
+_SPAN_TAGS = [b"\x12" + varint(size) for size in range(4096)]
 
 
 class Encoder:
@@ -223,7 +225,9 @@ class Encoder:
             parts += map(self.link, span.links)
         parts.append(self.status(status, description) if status else _UNSET)
         parts.append(_REMOTE if span.parent_remote else _LOCAL)
-        return field(b"\x12", b"".join(parts))
+        body = b"".join(parts)
+        size = len(body)
+        return (_SPAN_TAGS[size] if size < len(_SPAN_TAGS) else b"\x12" + varint(size)) + body
 
     def _head(self, name: str, kind: int) -> bytes:
         """``Span.name`` and ``Span.kind``, kept (a process's runs have a handful)."""
