@@ -189,7 +189,7 @@ class KeptConnection:
         connection.timeout = timeout_s
         if connection.sock is not None:
             connection.sock.settimeout(timeout_s)
-        connection.request("POST", self.target, data, dict(headers))
+        connection.request("POST", self.target, data, headers)
         answer = connection.getresponse()
         answer.read()
         if answer.will_close:
