@@ -144,6 +144,9 @@ class Receiver(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: Receiver
+    #: Keep-alive, as a collector keeps its clients' connections: with HTTP/1.0's close
+    #: after each answer the exporter would pay a connection (and a name lookup) a batch.
+    protocol_version = "HTTP/1.1"
 
     def do_POST(self) -> None:
         if self.path != PATH:

@@ -7,7 +7,9 @@ OTLP exporter build a protobuf object per span, attribute and value: about 50 µ
 span, on a host whose other core runs the worker and PostgreSQL. Here a span is a few
 byte strings joined: the ids are copied in, the parts every span repeats (attribute keys,
 the frequent key and value pairs, names, the resource and scope) are encoded once and
-cached, and the request is the concatenation.
+cached, and the request is the concatenation. A stage run's span, nearly every span a
+worker ships, is one join of a fixed layout (:meth:`Encoder.run_span`): 2 µs of CPU
+instead of 4.5, written byte for byte as the general path writes it.
 
 What it writes decodes to what the SDK's OTLP exporter sends for the same spans (the
 test compares the two messages field by field): the resource's and scopes' grouping in
@@ -33,7 +35,8 @@ log = logging.getLogger(__name__)
 _FIXED64 = struct.Struct("<Q").pack
 _DOUBLE = struct.Struct("<d").pack
 _FIXED32 = struct.Struct("<I").pack
-_INT64 = range(-(1 << 63), 1 << 63)
+_INT64_END = 1 << 63
+_INT64 = range(-_INT64_END, _INT64_END)
 #: Varints below 128 are one byte: every length and tag here but a large batch's.
 _SMALL = [bytes([n]) for n in range(128)]
 #: How many (key, value) pairs the attribute cache keeps before starting over: the
@@ -56,8 +59,12 @@ def varint(n: int) -> bytes:
     complement, ten bytes, as protobuf writes it)."""
     if 0 <= n < 128:
         return _SMALL[n]
-    if 0 < n < 16384:  # a span's size, most ids of jobs
-        return bytes(((n & 0x7F) | 0x80, n >> 7))
+    if 0 < n < 1 << 28:  # a span's size, a job's id: two to four bytes, without a loop
+        if n < 1 << 14:
+            return bytes((n & 0x7F | 0x80, n >> 7))
+        if n < 1 << 21:
+            return bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14))
+        return bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14 & 0x7F | 0x80, n >> 21))
     n &= 0xFFFFFFFFFFFFFFFF
     out = bytearray()
     while n >= 0x80:
@@ -104,6 +111,28 @@ def key_value(key: str, value: Any) -> bytes:
     return (field(b"\x0a", key.encode()) if key else b"") + field(b"\x12", any_value(value))
 
 
+def _sized(message: bytes) -> bytes:
+    size = len(message)
+    return (_SMALL[size] if size < 128 else varint(size)) + message
+
+
+#: A run's document id attribute up to the id's bytes: the tagged ``KeyValue`` of its key
+#: and a 36-character string (a UUID's, as the worker ships it) without the string.
+_UUID_SIZE = 36
+_DOCUMENT_HEAD = (b"\x4a" + _sized(key_value(_RUN_ORDER[2], "0" * _UUID_SIZE)))[:-_UUID_SIZE]
+#: A run's job id attribute up to the id's varint, by the varint's length (1 to 9 bytes
+#: for a job id from 0 to 2**63 - 1).
+_JOB_HEADS = [b""] + [
+    (b"\x4a" + _sized(key_value(_RUN_ORDER[3], 1 << 7 * (n - 1))))[:-n] for n in range(1, 10)
+]
+#: ``Span.start_time_unix_nano`` and ``end_time_unix_nano``, tagged (fields 7, 8: fixed64).
+_TIMES = struct.Struct("<BQBQ").pack
+#: ``Span.status`` for an unset code and no message: an empty message, always sent.
+_UNSET = b"\x7a\x00"
+#: ``ScopeSpans.spans``' tag and a span's size, for the sizes a stage run's span has.
+_SPAN_TAGS = [b"\x12" + varint(size) for size in range(4096)]
+
+
 class Encoder:
     """Builds request bodies for one process's resource; keeps what spans repeat."""
 
@@ -112,6 +141,7 @@ class Encoder:
         self._names: dict[str, bytes] = {}
         self._keys: dict[str, bytes] = {}
         self._runs: dict[tuple[str, int, int], tuple[bytes, bytes]] = {}
+        self._heads: dict[tuple[str, int], bytes] = {}
         self._scopes: dict[tuple[str, str | None], bytes] = {}
         #: ``ResourceSpans.resource``, the same in every request.
         self.resource = field(b"\x0a", self.attributes(resource, b"\x0a"))
@@ -120,14 +150,14 @@ class Encoder:
         """The ``ExportTraceServiceRequest`` of ``spans``: one resource, a scope entry per
         instrumentation scope in the order they first appear (as the SDK groups them)."""
         scopes: dict[tuple[str, str | None], list[bytes]] = {}
+        last: tuple[str, str | None] | None = None
+        encoded: list[bytes] = []
+        run_span, any_span = self.run_span, self.span
         for span in spans:
             key = span.scope, span.scope_version
-            encoded = self.span(span)
-            found = scopes.get(key)
-            if found is None:
-                scopes[key] = [encoded]
-            else:
-                found.append(encoded)
+            if key != last:  # a batch's spans are mostly of one scope
+                last, encoded = key, scopes.setdefault(key, [])
+            encoded.append((span.run is not None and run_span(span)) or any_span(span))
         scope_spans = b"".join(
             field(b"\x12", self.scope(*key) + b"".join(encoded)) for key, encoded in scopes.items()
         )
@@ -143,6 +173,69 @@ class Encoder:
                 body += field(b"\x12", version.encode())
             found = self._scopes[key] = field(b"\x0a", body)
         return found
+
+    def run_span(self, span: WireSpan) -> bytes | None:
+        """A stage run's span (what a worker ships by the hundred a second) in one join:
+        its fields in :meth:`span`'s order, the run's attributes from fixed headers (a
+        document id is a UUID's 36 characters; a job id a varint), the rest cached.
+        None for a span this layout does not fit (no parent, a time unset, an attribute
+        that overrides the run's, an id of another form): :meth:`span` writes it."""
+        run, attributes = span.run, span.attributes
+        assert run is not None
+        stage, attempt, document_id, job_id, generation = run
+        document = document_id.encode()
+        if (
+            len(document) != _UUID_SIZE
+            or not 0 <= job_id < _INT64_END
+            or not span.parent_id
+            or not span.start_ns
+            or not span.end_ns
+            or (attributes and not _RUN_KEYS.isdisjoint(attributes))
+        ):
+            return None
+        head = self._heads.get((span.name, span.kind))
+        if head is None:
+            head = self._head(span.name, span.kind)
+        around = self._runs.get((stage, attempt, generation))
+        if around is None:
+            around = self._run_pairs(stage, attempt, generation)
+        job = varint(job_id)
+        status, description = span.status, span.description
+        parts = [
+            b"\x0a\x10",
+            bytes.fromhex(span.trace_id),
+            b"\x12\x08",
+            span.span_id.to_bytes(8, "big"),
+            b"\x22\x08",
+            bytes.fromhex(span.parent_id),
+            head,
+            _TIMES(0x39, span.start_ns, 0x41, span.end_ns),
+            around[0],
+            _DOCUMENT_HEAD,
+            document,
+            _JOB_HEADS[len(job)],
+            job,
+            around[1],
+        ]
+        if attributes:
+            parts.append(self.attributes(attributes, b"\x4a"))
+        if span.events:
+            parts += map(self.event, span.events)
+        if span.links:
+            parts += map(self.link, span.links)
+        parts.append(self.status(status, description) if status else _UNSET)
+        parts.append(_REMOTE if span.parent_remote else _LOCAL)
+        body = b"".join(parts)
+        size = len(body)
+        return (_SPAN_TAGS[size] if size < len(_SPAN_TAGS) else b"\x12" + varint(size)) + body
+
+    def _head(self, name: str, kind: int) -> bytes:
+        """``Span.name`` and ``Span.kind``, kept (a process's runs have a handful)."""
+        head = self.name(name) + b"\x30" + _SMALL[kind + 1]
+        if len(self._heads) >= CACHE_PAIRS:
+            self._heads.clear()
+        self._heads[name, kind] = head
+        return head
 
     def span(self, span: WireSpan) -> bytes:
         """One ``ScopeSpans.spans`` entry (the ``Span``, tagged and sized), its fields in

@@ -32,6 +32,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from runtime.process.interpreter import tune_worker_interpreter
 from runtime.process.light_spans import WireLink, WireSpan
 from runtime.process.otlp_encoder import Encoder
 from runtime.process.otlp_http import OtlpHttp
@@ -42,25 +43,66 @@ log = logging.getLogger("ragline.span_exporter")
 
 _spans = msgspec.msgpack.Decoder(list[WireSpan]).decode
 _hello = msgspec.msgpack.Decoder(Hello).decode
-#: What the reader hands the exporting loop: spans, a flush's sequence number, or None at
-#: the end of the input.
-Item = list[WireSpan] | int | None
+#: What the reader hands the exporting loop: bytes read from the pipe, or None at the end
+#: of the input.
+Item = bytes | None
 
 
-def read_frames(stream: IO[bytes], out: queue.SimpleQueue[Item]) -> None:
-    """Frames from ``stream`` to ``out`` until it ends (then None)."""
+#: How much of the pipe one read takes: everything the shipper has written, several frames
+#: of a batch each, in one system call.
+READ_BYTES = 1 << 20
+
+
+def read_chunks(fd: int, out: queue.SimpleQueue[Item]) -> None:
+    """The pipe's bytes to ``out`` as they come, until it ends (then None).
+
+    Raw bytes, not decoded spans: this thread only keeps the pipe drained (the shipper
+    never waits on a full pipe while an export is under way) and hardly holds the GIL;
+    the exporting loop splits and decodes the frames."""
     try:
-        while header := stream.read(LENGTH.size):
-            if len(header) < LENGTH.size:
-                break
-            body = stream.read(LENGTH.unpack(header)[0])
-            kind, payload = body[:1], body[1:]
-            if kind == SPANS:
-                out.put(_spans(payload))
-            elif kind == FLUSH:
-                out.put(SEQ.unpack(payload)[0])
+        while chunk := os.read(fd, READ_BYTES):
+            out.put(chunk)
     finally:
         out.put(None)
+
+
+class Frames:
+    """Splits the pipe's bytes into frames; a frame cut between two reads waits for the
+    rest."""
+
+    def __init__(self) -> None:
+        self.rest = b""
+
+    def feed(self, chunk: bytes) -> list[tuple[bytes, memoryview]]:
+        """The whole frames ``chunk`` completes: (kind, payload) pairs, in order."""
+        data = self.rest + chunk if self.rest else chunk
+        view, size, at, out = memoryview(data), len(data), 0, []
+        header = LENGTH.size
+        while size - at >= header:
+            (length,) = LENGTH.unpack_from(data, at)
+            end = at + header + length
+            if end > size:
+                break
+            out.append((data[at + header : at + header + 1], view[at + header + 1 : end]))
+            at = end
+        self.rest = data[at:]
+        return out
+
+    def first(self, fd: int) -> tuple[bytes, memoryview] | None:
+        """The first frame (the hello), read from ``fd`` as far as it needs; the bytes
+        after it stay for :meth:`feed`. None if the input ends first."""
+        header = LENGTH.size
+        while True:
+            data = self.rest
+            if len(data) >= header:
+                end = header + LENGTH.unpack_from(data)[0]
+                if len(data) >= end:
+                    self.rest = data[end:]
+                    return data[header : header + 1], memoryview(data)[header + 1 : end]
+            chunk = os.read(fd, READ_BYTES)
+            if not chunk:
+                return None
+            self.rest = data + chunk
 
 
 def context_of(trace_id: str, span_id: int, flags: int, remote: bool = False) -> SpanContext:
@@ -117,25 +159,38 @@ class Exporting:
         self.answers = answers
         self.batch = BatchSettings.from_env(os.environ).batch
 
-    def run(self, items: queue.SimpleQueue[Item]) -> None:
+    def run(self, items: queue.SimpleQueue[Item], frames: Frames) -> None:
+        """Until the input ends: take every chunk already read, then export. Spans that
+        arrived together go out in whole batches; what is left (less than a batch) goes
+        once nothing more is waiting, or with a flush."""
         pending: list[WireSpan] = []
         while True:
             item = items.get()
             while True:  # take what else is there before exporting
-                if isinstance(item, list):
-                    pending += item
-                    if len(pending) >= self.batch:
-                        pending = self.export(pending)
-                elif isinstance(item, int):
-                    pending = self.export(pending)
-                    self.answer(item)
-                else:
+                if item is None:
                     self.export(pending)
                     return
+                pending = self.take(frames.feed(item), pending)
                 if items.empty():
                     break
                 item = items.get()
             pending = self.export(pending)
+
+    def take(self, got: list[tuple[bytes, memoryview]], pending: list[WireSpan]) -> list[WireSpan]:
+        """Decode ``got``'s frames onto ``pending``, exporting each whole batch and, at a
+        flush, everything before it; returns what is still pending."""
+        batch = self.batch
+        for kind, payload in got:
+            if kind == SPANS:
+                pending += _spans(payload)
+                if len(pending) >= batch:
+                    whole = len(pending) - len(pending) % batch
+                    self.export(pending[:whole])
+                    del pending[:whole]
+            elif kind == FLUSH:
+                pending = self.export(pending)
+                self.answer(SEQ.unpack(payload)[0])
+        return pending
 
     def export(self, spans: list[WireSpan]) -> list[WireSpan]:
         for start in range(0, len(spans), self.batch):
@@ -175,21 +230,25 @@ def main(stdin: IO[bytes] = sys.stdin.buffer, stdout: IO[bytes] = sys.stdout.buf
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="ragline: %(message)s")
-    header = stdin.read(LENGTH.size)
-    if len(header) < LENGTH.size:
+    fd, frames = stdin.fileno(), Frames()
+    first = frames.first(fd)
+    if first is None:
         return 0
-    body = stdin.read(LENGTH.unpack(header)[0])
-    if body[:1] != HELLO:
+    kind, payload = first
+    if kind != HELLO:
         log.error("tracing: the span exporter got no hello frame")
         return 2
-    hello = _hello(body[1:])
+    hello = _hello(payload)
     env = os.environ
     direct = [OtlpHttp(env) for name in hello.exporters if direct_otlp(name, env)]
     exporters = [exporter(name, env) for name in hello.exporters if not direct_otlp(name, env)]
+    exporting = Exporting(exporters, hello.resource, stdout, direct)
+    tune_worker_interpreter()  # start-up's objects out of the collector's walks
     items: queue.SimpleQueue[Item] = queue.SimpleQueue()
-    reader = threading.Thread(target=read_frames, args=(stdin, items), daemon=True)
+    items.put(b"")  # the frames read with the hello, if any, come first
+    reader = threading.Thread(target=read_chunks, args=(fd, items), daemon=True)
     reader.start()
-    Exporting(exporters, hello.resource, stdout, direct).run(items)
+    exporting.run(items, frames)
     for one in exporters:
         one.shutdown()
     for sender in direct:

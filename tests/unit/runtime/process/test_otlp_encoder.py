@@ -151,7 +151,95 @@ def test_the_cache_starts_over_when_full_and_stays_right() -> None:
     assert len(encoder._pairs) <= CACHE_PAIRS
 
 
-@pytest.mark.parametrize("n", [0, 1, 127, 128, 300, 16383, 16384, 2**63 - 1, -1, -(2**63)])
+# -- the stage run's fast path: the same bytes as the general one -----------------------------
+
+_DOCUMENT = "3b241101-e2bb-4255-8caf-4136c566a962"
+#: Runs as a worker ships them: written by the fast path.
+RUN_FITS = [
+    span(run=("parse", 1, _DOCUMENT, 1, 1)),
+    # attempts and generations past one varint byte; job ids at each varint length
+    span(run=("embed", 128, _DOCUMENT, 0, 300)),
+    *(span(run=("chunk", 2, _DOCUMENT, job, 1)) for job in (127, 128, 2**14, 2**21, 2**28)),
+    span(run=("index", 3, _DOCUMENT, 2**35 + 5, 2**40)),
+    span(run=("index", 3, _DOCUMENT, 2**63 - 1, 1)),
+    # attributes beside the run's, statuses, events, links, a local parent, long names
+    span(run=("parse", 1, _DOCUMENT, 7, 1), attributes={"ragline.provider_calls": 2}),
+    span(run=("parse", 1, _DOCUMENT, 7, 1), status=2, description="TransientError: 503"),
+    span(run=("parse", 1, _DOCUMENT, 7, 1), status=2, description=None),
+    span(run=("parse", 1, _DOCUMENT, 7, 1), status=1, description="ok is final"),
+    span(run=("parse", 1, _DOCUMENT, 7, 1), status=0, description="dropped"),
+    span(run=("parse", 1, _DOCUMENT, 7, 1), events=[("retry", 5, {"delay_s": 2.5})]),
+    span(run=("parse", 1, _DOCUMENT, 7, 1), links=[(TRACE, 3, 1, {"k": "v"})]),
+    span(run=("parse", 1, _DOCUMENT, 7, 1), parent_remote=False, kind=0),
+    span(run=("s" * 200, 1, _DOCUMENT, 7, 1), name="stage " + "s" * 200),
+    span(run=("parse", 1, _DOCUMENT, 7, 1), attributes={"long": "x" * 20_000}),
+]
+#: What the fast path's layout does not fit: written by the general path.
+RUN_OTHERS = [
+    span(run=("index", 1, _DOCUMENT, 2**63, 1)),  # not an int64: left out, logged
+    span(run=("index", 1, _DOCUMENT, -1, 1)),
+    span(run=("parse", 1, "not-a-uuid", 7, 1)),
+    span(run=("parse", 1, "é" * 36, 7, 1)),
+    span(run=("parse", 1, _DOCUMENT, 7, 1), parent_id="", parent_remote=False),
+    span(run=("parse", 1, _DOCUMENT, 7, 1), start_ns=0),
+    span(run=("parse", 1, _DOCUMENT, 7, 1), end_ns=0),
+    span(run=("parse", 1, _DOCUMENT, 7, 1), attributes={"ragline.attempt": 9, "x": 1}),
+    span(run=("parse", 1, _DOCUMENT, 7, 1), attributes={"ragline.document.id": "other"}),
+]
+
+
+@pytest.mark.parametrize("one", RUN_FITS + RUN_OTHERS)
+def test_a_stage_runs_fast_path_writes_the_general_paths_bytes(one: tuple[Any, ...]) -> None:
+    (wire,) = shipped([one])
+    encoder = Encoder(RESOURCE)
+    fast = encoder.run_span(wire)
+    assert fast is None or fast == encoder.span(wire)
+    assert_same([one])
+
+
+def test_the_fast_path_takes_the_runs_a_worker_ships() -> None:
+    encoder = Encoder(RESOURCE)
+    assert all(encoder.run_span(wire) is not None for wire in shipped(RUN_FITS))
+    assert all(encoder.run_span(wire) is None for wire in shipped(RUN_OTHERS))
+
+
+def test_the_bytes_are_the_sdks_for_runs_with_errors_and_events() -> None:
+    runs = [
+        span(
+            span_id=i + 1,
+            run=("embed", 1 + i % 200, str(uuid.uuid4()), 2**20 + i, 1 + i % 3),
+            attributes={"ragline.provider_calls": i % 4} if i % 3 else {},
+            events=[("retry", 1_700_000_000_100_000_000, {"ragline.kind": "transient"})]
+            if i % 5 == 0
+            else [],
+            status=2 if i % 5 == 0 else 0,
+            description="TransientError: the provider said 503" if i % 5 == 0 else None,
+        )
+        for i in range(300)
+    ]
+    wire = shipped(runs)
+    assert Encoder(RESOURCE).request(wire) == sdks(wire)
+
+
+@pytest.mark.parametrize(
+    "n",
+    [
+        0,
+        1,
+        127,
+        128,
+        300,
+        16383,
+        16384,
+        2**21 - 1,
+        2**21,
+        2**28 - 1,
+        2**28,
+        2**63 - 1,
+        -1,
+        -(2**63),
+    ],
+)
 def test_varints_are_protobufs(n: int) -> None:
     from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
@@ -224,3 +312,27 @@ def _spans(draw: st.DrawFn) -> tuple[Any, ...]:
 @given(st.lists(_spans(), min_size=1, max_size=6))
 def test_random_spans_decode_to_what_the_sdk_sends(spans: list[tuple[Any, ...]]) -> None:
     assert_same(spans)
+
+
+_run_spans = (
+    _spans()
+    .map(lambda s: s[:-1])
+    .flatmap(
+        lambda head: st.tuples(
+            st.sampled_from(["parse", "embed", "x" * 130]),
+            st.integers(0, 300),
+            st.uuids().map(str) | st.text(max_size=40),
+            st.integers(-(2**63), 2**64 - 1),
+            st.integers(0, 2**64 - 1),
+        ).map(lambda run: (*head, run))
+    )
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_run_spans)
+def test_random_stage_runs_take_the_fast_path_to_the_same_bytes(one: tuple[Any, ...]) -> None:
+    (wire,) = shipped([one])
+    encoder = Encoder(RESOURCE)
+    fast = encoder.run_span(wire)
+    assert fast is None or fast == encoder.span(wire)

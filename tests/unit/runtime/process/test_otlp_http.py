@@ -7,6 +7,7 @@ sleeps are recorded, not slept (no test here depends on time passing)."""
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 from bench.harness.otlp import Receiver, receiver
 from runtime.process import otlp_http, tracing
 from runtime.process.otlp_encoder import Encoder
-from runtime.process.otlp_http import OtlpHttp
+from runtime.process.otlp_http import HttpxClient, KeptConnection, OtlpHttp, plain_http
 from runtime.process.span_shipper import ExportingProvider
 from tests.support.wire_spans import RESOURCE, TRACE, shipped, span
 
@@ -39,8 +40,37 @@ def body(count: int = 3) -> bytes:
     return Encoder(RESOURCE).request(shipped(spans))
 
 
-def client(collector: Receiver, sleeps: Sleeps, **env: str) -> OtlpHttp:
-    return OtlpHttp({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": collector.url, **env}, sleeps)
+#: The clients a test made, closed after it (the receiver keeps connections alive).
+_made: list[OtlpHttp] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _made:
+        _made.pop().shutdown()
+
+
+@pytest.fixture(params=["http.client", "httpx"])
+def transport(request: pytest.FixtureRequest) -> str:
+    """Which client posts: http.client (a plain-HTTP endpoint) or httpx (HTTPS, a proxy);
+    the retries around them are the same."""
+    kind: str = request.param
+    return kind
+
+
+def kept(one: OtlpHttp, transport: str = "http.client") -> OtlpHttp:
+    """``one``, closed after the test, posting through ``transport``."""
+    if transport == "httpx":
+        one.transport.close()
+        one.transport = HttpxClient(one.url, True, one.timeout_s)
+    _made.append(one)
+    return one
+
+
+def client(collector: Receiver, sleeps: Sleeps, transport: str, **env: str) -> OtlpHttp:
+    url = collector.url
+    return kept(OtlpHttp({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": url, **env}, sleeps), transport)
 
 
 def error_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -48,12 +78,12 @@ def error_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def test_a_429_is_retried_after_what_retry_after_says_and_the_spans_arrive_once(
-    collector: Receiver, caplog: pytest.LogCaptureFixture
+    collector: Receiver, caplog: pytest.LogCaptureFixture, transport: str
 ) -> None:
     collector.refuse(429, Retry_After="3")
     sleeps = Sleeps()
     with caplog.at_level(logging.INFO):
-        assert client(collector, sleeps).export(body(3), 3)
+        assert client(collector, sleeps, transport).export(body(3), 3)
     assert sleeps.asked == [3.0]
     assert len(collector.requests) == 2
     assert sorted(s.attributes["ragline.job.id"] for s in collector.received()) == [0, 1, 2]
@@ -61,12 +91,13 @@ def test_a_429_is_retried_after_what_retry_after_says_and_the_spans_arrive_once(
 
 
 def test_retryable_answers_back_off_then_the_batch_is_dropped_with_one_line(
-    collector: Receiver, caplog: pytest.LogCaptureFixture
+    collector: Receiver, caplog: pytest.LogCaptureFixture, transport: str
 ) -> None:
     collector.refuse(503, times=100)
     sleeps = Sleeps()
     with caplog.at_level(logging.INFO):
-        assert not client(collector, sleeps, OTEL_EXPORTER_OTLP_TIMEOUT="10").export(body(), 3)
+        sender = client(collector, sleeps, transport, OTEL_EXPORTER_OTLP_TIMEOUT="10")
+        assert not sender.export(body(), 3)
     # 1, 2, 4, 8 s with 20% jitter; 16 s is past the 10 s the export may take.
     assert len(sleeps.asked) == 4
     for asked, nominal in zip(sleeps.asked, [1, 2, 4, 8], strict=True):
@@ -79,12 +110,12 @@ def test_retryable_answers_back_off_then_the_batch_is_dropped_with_one_line(
 
 
 def test_an_answer_that_is_not_retryable_drops_the_batch_at_once(
-    collector: Receiver, caplog: pytest.LogCaptureFixture
+    collector: Receiver, caplog: pytest.LogCaptureFixture, transport: str
 ) -> None:
     collector.refuse(500, times=3)
     sleeps = Sleeps()
     with caplog.at_level(logging.INFO):
-        assert not client(collector, sleeps).export(body(), 3)
+        assert not client(collector, sleeps, transport).export(body(), 3)
     assert sleeps.asked == [] and len(collector.requests) == 1
     assert error_lines(caplog) == [
         "tracing: dropped 3 spans: the OTLP endpoint answered HTTP 500 Internal Server Error"
@@ -92,24 +123,26 @@ def test_an_answer_that_is_not_retryable_drops_the_batch_at_once(
 
 
 def test_nobody_listening_drops_the_batch_and_raises_nothing(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, transport: str
 ) -> None:
     with receiver() as gone:
         url = gone.url
     sleeps = Sleeps()
     env = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": url, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "2.5"}
     with caplog.at_level(logging.INFO):
-        assert not OtlpHttp(env, sleeps).export(body(), 3)
+        assert not kept(OtlpHttp(env, sleeps), transport).export(body(), 3)
     assert len(sleeps.asked) == 2  # about 1 and 2 s; 4 s (±20%) is past the 2.5 s budget
     (line,) = error_lines(caplog)
-    assert line.startswith("tracing: dropped 3 spans: the OTLP endpoint answered ConnectError")
+    error = {"http.client": "ConnectionRefusedError", "httpx": "ConnectError"}[transport]
+    assert line.startswith(f"tracing: dropped 3 spans: the OTLP endpoint answered {error}")
 
 
-def test_gzip_and_headers_from_the_variables(collector: Receiver) -> None:
+def test_gzip_and_headers_from_the_variables(collector: Receiver, transport: str) -> None:
     sleeps = Sleeps()
     sent = client(
         collector,
         sleeps,
+        transport,
         OTEL_EXPORTER_OTLP_COMPRESSION="gzip",
         OTEL_EXPORTER_OTLP_HEADERS="api-key=s%20cret,X-Tenant=blue",
     )
@@ -143,6 +176,39 @@ def test_only_otlp_over_http_protobuf_skips_the_sdk() -> None:
     assert not tracing.direct_otlp("otlp", {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"})
     credentials = {"OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER": "vault"}
     assert not tracing.direct_otlp("otlp", credentials)
+
+
+def test_a_broken_kept_connection_is_replaced_at_once(collector: Receiver) -> None:
+    sleeps = Sleeps()
+    sender = client(collector, sleeps, "http.client")
+    assert sender.export(body(1), 1)
+    assert isinstance(sender.transport, KeptConnection)
+    sock = sender.transport.connection.sock
+    assert sock is not None  # kept alive
+    sock.shutdown(socket.SHUT_RDWR)  # as if the collector had closed it while idle
+    assert sender.export(body(2), 2)
+    assert sleeps.asked == [] and len(collector.received()) == 3
+
+
+def test_a_connection_the_collector_closes_is_opened_again(collector: Receiver) -> None:
+    collector.refuse(503, Retry_After="0", Connection="close")
+    sleeps = Sleeps()
+    assert client(collector, sleeps, "http.client").export(body(2), 2)
+    assert sleeps.asked == [0.0] and len(collector.received()) == 2
+
+
+def test_plain_http_without_a_proxy_skips_httpx(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert plain_http("http://localhost:4318/v1/traces")
+    assert not plain_http("https://collector:4318/v1/traces")
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy:3128")
+    assert not plain_http("http://collector:4318/v1/traces")
+    monkeypatch.setenv("NO_PROXY", "collector,localhost")
+    assert plain_http("http://collector:4318/v1/traces")
+    assert not plain_http("http://elsewhere:4318/v1/traces")
+    proxied = OtlpHttp({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://elsewhere:4318/x"})
+    assert isinstance(kept(proxied).transport, HttpxClient)
 
 
 # -- through the exporter process ------------------------------------------------------------
