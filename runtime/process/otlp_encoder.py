@@ -217,14 +217,8 @@ class Encoder:
             job,
             around[1],
         ]
-        if attributes:
-            parts.append(self.attributes(attributes, b"\x4a"))
-        if span.events:
-            parts += map(self.event, span.events)
-        if span.links:
-            parts += map(self.link, span.links)
-        parts.append(self.status(status, description) if status else _UNSET)
-        parts.append(_REMOTE if span.parent_remote else _LOCAL)
+        status_field = self.status(status, description) if status else _UNSET
+        self._after_attributes(parts, span, attributes, status_field)
         body = b"".join(parts)
         size = len(body)
         return (_SPAN_TAGS[size] if size < len(_SPAN_TAGS) else b"\x12" + varint(size)) + body
@@ -258,15 +252,23 @@ class Encoder:
             parts += (b"\x41", _FIXED64(span.end_ns))
         if run is not None:
             parts.append(self.run(run))
+        status_field = self.status(span.status, span.description)
+        self._after_attributes(parts, span, attributes, status_field)
+        return field(b"\x12", b"".join(parts))
+
+    def _after_attributes(
+        self, parts: list[bytes], span: WireSpan, attributes: Mapping[str, Any], status: bytes
+    ) -> None:
+        """Append a span's fields from its attributes on: attributes, events, links, its
+        ``status`` field as given, and the parent's remoteness."""
         if attributes:
             parts.append(self.attributes(attributes, b"\x4a"))
         if span.events:
             parts += map(self.event, span.events)
         if span.links:
             parts += map(self.link, span.links)
-        parts.append(self.status(span.status, span.description))
+        parts.append(status)
         parts.append(_REMOTE if span.parent_remote else _LOCAL)
-        return field(b"\x12", b"".join(parts))
 
     def name(self, name: str) -> bytes:
         """``Span.name``, cached (a process's spans have a handful of names)."""
