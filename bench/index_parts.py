@@ -27,7 +27,10 @@ from stages.adapters.vector_index.edge.shard import ensure_shard
 from stages.db import checkpoints
 from stages.pipeline.index import SLICE_POINTS, document_points
 
-__all__ = ["IndexParts", "index_parts", "measure_index_parts"]
+__all__ = ["TEXT_FIELD", "IndexParts", "index_parts", "measure_index_parts"]
+
+#: The payload field a full-text index reads (``text_index``).
+TEXT_FIELD = "text"
 
 READY_DOCUMENTS_SQL = (
     "SELECT id, generation, filename FROM documents WHERE status = 'ready' ORDER BY id"
@@ -57,10 +60,15 @@ class IndexParts(msgspec.Struct, frozen=True, kw_only=True):
         return self.read_s + self.build_s + self.payloads_s + self.edge_s
 
 
-async def measure_index_parts(dsn: str, shard: Path, *, keywords: bool = True) -> IndexParts:
+async def measure_index_parts(
+    dsn: str, shard: Path, *, keywords: bool = True, text_index: qe.TokenizerType | None = None
+) -> IndexParts:
     """Every ready document's points read, built and upserted into a new shard at
     ``shard``, as the index stage does, each step timed on its own; without
-    ``keywords``, as a dense-only index would (no keyword side to build or store)."""
+    ``keywords``, as a dense-only index would (no keyword side to build or store). With a
+    ``text_index`` tokenizer (and no ``keywords``), the keyword side is qdrant-edge's own
+    BM25 full-text index instead: each point's text stored as a payload field of its own,
+    tokenized and indexed by the shard at upsert (:mod:`bench.keyword_engines`)."""
     embedder = ZeroEmbedder()
     # Keyed by IndexParts' fields, less their "_s".
     spent = dict.fromkeys(("read", "build", "payloads", "edge_points", "upsert"), 0.0)
@@ -71,6 +79,9 @@ async def measure_index_parts(dsn: str, shard: Path, *, keywords: bool = True) -
         vectors = qe.EdgeVectorParams(size=embedder.dimensions, distance=qe.Distance.Cosine)
         qe.EdgeShard.create(str(shard), qe.EdgeConfig(vectors=vectors)).close()
     edge = qe.EdgeShard.load(str(shard))
+    if text_index is not None and not keywords:
+        params = qe.TextIndexParams(tokenizer=text_index, lowercase=True, scoring=True)
+        edge.update(qe.UpdateOperation.create_field_index(TEXT_FIELD, params))
     try:
         async with pool_of(dsn, 1) as pool:
             for doc in await pool.fetch(READY_DOCUMENTS_SQL):
@@ -86,6 +97,9 @@ async def measure_index_parts(dsn: str, shard: Path, *, keywords: bool = True) -
                     )
                     at = _add(spent, "build", at)
                     stored = [stored_payload(p.payload) for p in built]
+                    if text_index is not None:
+                        for p, s in zip(built, stored, strict=True):
+                            s[TEXT_FIELD] = p.payload["text"]
                     at = _add(spent, "payloads", at)
                     # As stages.adapters.vector_index.edge.points.edge_points builds them, the
                     # payloads made above.
