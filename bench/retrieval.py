@@ -12,9 +12,11 @@ rows asked by row and column) and adds the questions of ``bench/data/paraphrased
 (written for known pages of these manuals). Every probe is searched with ``dense``,
 ``keyword`` and ``hybrid`` (``stages.actions.evaluate``, as ``ragline eval`` does), and
 with Haystack's hybrid (:mod:`bench.harness.retrieval_peer`; ``pip install
-'haystack-ai>=2.31'``, left out with one line when absent). Prints recall@5 and MRR@10
-per probe kind and mode, the floors of issue 34, and search latency per mode (one
-client, query embedding included). ``--database-url URL --data-dir DIR`` reuse a
+'haystack-ai>=2.31'``, left out with one line when absent); two keyword engines the
+project did not choose are judged on the same probes, keyword side only: PostgreSQL
+full-text search and qdrant-edge's BM25 text index (code tokenizer, CJK spelled out).
+Prints recall@5 and MRR@10 per probe kind and mode, the floors of issue 34, and search
+latency per mode (one client, query embedding included). ``--database-url URL --data-dir DIR`` reuse a
 database instead (ingest skips what is in). Figures are printed, never asserted.
 """
 
@@ -39,7 +41,12 @@ from bench.harness import retrieval_peer
 from bench.harness.cli import Cli, cli_env
 from bench.harness.corpus import CORPUS_DIR, corpus_ready
 from bench.harness.made_pdfs import outline_pdf, tables_pdf
-from bench.harness.retrieval_peer import HaystackHybrid, PeerChunk, PostgresFullText
+from bench.harness.retrieval_peer import (
+    HaystackHybrid,
+    PeerChunk,
+    PostgresFullText,
+    QdrantTextIndex,
+)
 from bench.harness.retrieval_probes import (
     ChunkText,
     Corpus,
@@ -272,6 +279,22 @@ async def full_text_rows(
         return rows
 
 
+def text_index_rows(setup: Setup, qrels: Sequence[Qrel], targets: Sequence[Target]) -> list[Judged]:
+    """qdrant-edge's BM25 text index (keyword side only) on the same probes."""
+    with tempfile.TemporaryDirectory(prefix="ragline-bench-text-") as tmp:
+        index = QdrantTextIndex(setup.chunks, str(Path(tmp) / "shard"))
+        try:
+            rows = []
+            for qrel, target in zip(qrels, targets, strict=True):
+                started = time.perf_counter()
+                hits = index.search(qrel.query, 10)
+                ms = (time.perf_counter() - started) * 1000
+                rows.append(judged(qrel.query, qrel.kind, hits, target, ms))
+            return rows
+        finally:
+            index.close()
+
+
 async def measure(dsn: str, data_dir: Path, files: Sequence[Path], opts: Options) -> None:
     services = services_for(BuildContext(data_dir=data_dir, env=env()))
     async with services.lifespan(), open_pool(dsn) as pool:
@@ -296,6 +319,7 @@ async def measure(dsn: str, data_dir: Path, files: Sequence[Path], opts: Options
             columns["haystack BM25"] = by_kind(bm25, K)
             latency["haystack hybrid (no embedding)"] = [j.ms for j in hybrid]
         columns["postgres FTS"] = by_kind(await full_text_rows(pool, qrels, targets), K)
+        columns["qdrant text (code)"] = by_kind(text_index_rows(setup, qrels, targets), K)
     report(found, columns, latency)
 
 
