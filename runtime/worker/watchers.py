@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
+from collections.abc import Iterator, Sequence
 
 import anyio
 
@@ -41,9 +43,14 @@ async def providers_loop(state: WorkerState) -> None:
             await anyio.sleep(state.config.poll_s)
 
 
+#: The signals that stop a worker.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
 async def signal_loop(state: WorkerState) -> None:
-    """SIGTERM or SIGINT stops claiming; a second one cancels the jobs in flight."""
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    """SIGTERM or SIGINT stops claiming; a second one cancels the jobs in flight. When
+    the worker ends, the handlers from before it are put back (see :func:`restored`)."""
+    with restored(STOP_SIGNALS), anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async for signum in signals:
             if state.stopping.is_set():
                 state.log.warning("second %s: cancelling jobs now", signal.Signals(signum).name)
@@ -51,3 +58,20 @@ async def signal_loop(state: WorkerState) -> None:
             else:
                 state.log.info("%s: stopping", signal.Signals(signum).name)
                 state.stop()
+
+
+@contextlib.contextmanager
+def restored(signals: Sequence[signal.Signals]) -> Iterator[None]:
+    """Put back the handlers of ``signals`` as they were on entry. The event loop, when
+    its receiver closes, sets SIGINT's to Python's default, which raises
+    KeyboardInterrupt wherever the main thread is: in a command that goes on after a
+    worker has run in it (``sync --watch``, ``ingest``), a Ctrl-C could then land inside
+    the event loop's own bookkeeping and leave a task waiting for ever, instead of
+    cancelling the command's main task as ``asyncio.run``'s handler does."""
+    before = [(sig, signal.getsignal(sig)) for sig in signals]
+    try:
+        yield
+    finally:
+        for sig, handler in before:
+            if handler is not None:  # None: set outside Python, nothing to put back
+                signal.signal(sig, handler)
