@@ -16,8 +16,9 @@ with Haystack's hybrid (:mod:`bench.harness.retrieval_peer`; ``pip install
 project did not choose are judged on the same probes, keyword side only: PostgreSQL
 full-text search and qdrant-edge's BM25 text index (code tokenizer, CJK spelled out).
 Prints recall@5 and MRR@10 per probe kind and mode, the floors of issue 34, and search
-latency per mode (one client, query embedding included). ``--database-url URL --data-dir DIR`` reuse a
-database instead (ingest skips what is in). Figures are printed, never asserted.
+latency per mode (one client, query embedding included). ``--database-url URL
+--data-dir DIR`` reuse a database instead (ingest skips what is in). Figures are printed,
+never asserted.
 """
 
 # mypy: disallow-untyped-calls=False
