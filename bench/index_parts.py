@@ -21,16 +21,14 @@ import msgspec
 import qdrant_edge as qe
 
 from bench.database import pool_of
+from bench.harness.text_index import TEXT_FIELD, add_text_index
 from bench.standins import ZeroEmbedder
 from stages.adapters.vector_index.edge.points import stored_payload, vectors_of
 from stages.adapters.vector_index.edge.shard import ensure_shard
 from stages.db import checkpoints
 from stages.pipeline.index import SLICE_POINTS, document_points
 
-__all__ = ["TEXT_FIELD", "IndexParts", "index_parts", "measure_index_parts"]
-
-#: The payload field a full-text index reads (``text_index``).
-TEXT_FIELD = "text"
+__all__ = ["IndexParts", "index_parts", "measure_index_parts"]
 
 READY_DOCUMENTS_SQL = (
     "SELECT id, generation, filename FROM documents WHERE status = 'ready' ORDER BY id"
@@ -79,9 +77,8 @@ async def measure_index_parts(
         vectors = qe.EdgeVectorParams(size=embedder.dimensions, distance=qe.Distance.Cosine)
         qe.EdgeShard.create(str(shard), qe.EdgeConfig(vectors=vectors)).close()
     edge = qe.EdgeShard.load(str(shard))
-    if text_index is not None and not keywords:
-        params = qe.TextIndexParams(tokenizer=text_index, lowercase=True, scoring=True)
-        edge.update(qe.UpdateOperation.create_field_index(TEXT_FIELD, params))
+    if text_index is not None:
+        add_text_index(edge, text_index)
     try:
         async with pool_of(dsn, 1) as pool:
             for doc in await pool.fetch(READY_DOCUMENTS_SQL):

@@ -37,7 +37,8 @@ import qdrant_edge as qe
 
 from bench.args import bench_parser
 from bench.database import bench_database, pool_of, server_dsn
-from bench.index_parts import TEXT_FIELD, IndexParts, measure_index_parts
+from bench.harness.text_index import TEXT_FIELD, add_text_index
+from bench.index_parts import IndexParts, measure_index_parts
 from bench.ingest import corpus_files, ragline_run
 from bench.report import banner, heading, percentile, row
 from stages.ports.vector_index import KEYWORDS_VECTOR
@@ -107,6 +108,11 @@ def search_of(engine: str) -> Search | None:
     return sparse_search if engine == "sparse" else text_search
 
 
+def shard_dir(data_dir: Path, turn: int | str, engine: str) -> Path:
+    """Where an engine's shard of a round (or of the probes) is kept."""
+    return data_dir / f"{turn}-{engine.replace('/', '-')}"
+
+
 async def index_rounds(dsn: str, data_dir: Path, rounds: int) -> dict[str, list[IndexParts]]:
     """Every engine's index parts per round, the engines' order turning each round; the
     last round's shards are kept at ``data_dir/<round>-<engine>``."""
@@ -115,7 +121,7 @@ async def index_rounds(dsn: str, data_dir: Path, rounds: int) -> dict[str, list[
     for turn in range(rounds):
         order = names[turn % len(names) :] + names[: turn % len(names)]
         for engine in order:
-            shard = data_dir / f"{turn}-{engine.replace('/', '-')}"
+            shard = shard_dir(data_dir, turn, engine)
             parts = await measure_index_parts(dsn, shard, **ENGINES[engine])  # type: ignore[arg-type]
             spent[engine].append(parts)
             print(
@@ -156,7 +162,7 @@ def probes_found(engine: str, work: Path) -> int:
     """How many of :data:`PROBES` the engine's keyword search answers with their text
     first, in a small shard of :data:`PROBE_TEXTS`."""
     options = ENGINES[engine]
-    path = work / f"probes-{engine.replace('/', '-')}"
+    path = shard_dir(work, "probes", engine)
     vectors = qe.EdgeVectorParams(size=2, distance=qe.Distance.Cosine)
     sparse = {KEYWORDS_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
     keywords = bool(options["keywords"])
@@ -166,8 +172,7 @@ def probes_found(engine: str, work: Path) -> int:
     try:
         tokenizer = options.get("text_index")
         if isinstance(tokenizer, qe.TokenizerType):
-            params = qe.TextIndexParams(tokenizer=tokenizer, lowercase=True, scoring=True)
-            shard.update(qe.UpdateOperation.create_field_index(TEXT_FIELD, params))
+            add_text_index(shard, tokenizer)
         points = []
         for i, text in enumerate(PROBE_TEXTS):
             point: dict[str, object] = {"": [1.0, 0.5]}
@@ -244,7 +249,7 @@ async def main(opts: Options) -> None:
             search = search_of(engine)
             if search is None:
                 continue
-            shard = data_dir / f"{opts.rounds - 1}-{engine.replace('/', '-')}"
+            shard = shard_dir(data_dir, opts.rounds - 1, engine)
             latency[engine] = search_ms(shard, search, queries)
             found[engine] = probes_found(engine, data_dir)
         report(spent, latency, found)

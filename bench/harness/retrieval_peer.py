@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 import uuid
 from collections.abc import Sequence
 from types import ModuleType
@@ -21,6 +20,8 @@ from typing import Any
 
 import msgspec
 import qdrant_edge as qe
+
+from bench.harness.text_index import TEXT_FIELD, add_text_index, spelled_cjk
 
 #: The peer's package, as the ``bench`` extra names it.
 REQUIREMENT = "haystack-ai>=2.31,<3"
@@ -133,22 +134,6 @@ class PostgresFullText:
         return [PeerHit(r["document_id"], r["page_start"], r["page_end"]) for r in rows]
 
 
-#: Han, kana and Hangul runs (as stages.text.keywords reads them): spelled out as their
-#: characters and pairs for an index whose tokenizer does not segment them.
-_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
-
-
-def spelled_cjk(text: str) -> str:
-    """``text`` with each CJK run written as its characters and their pairs, spaced."""
-
-    def spell(run: re.Match[str]) -> str:
-        chars = run.group()
-        pairs = [chars[i : i + 2] for i in range(len(chars) - 1)]
-        return f" {' '.join([*chars, *pairs])} "
-
-    return _CJK_RUN.sub(spell, text)
-
-
 class QdrantTextIndex:
     """qdrant-edge's own BM25 full-text index over the same chunks, keyword side only:
     the candidate engine of docs/retrieval.md's index-cost question (the code tokenizer,
@@ -156,25 +141,22 @@ class QdrantTextIndex:
     segment them). A chunk's heading path is indexed before its text, as ragline's
     keyword side counts it."""
 
-    FIELD = "text"
-
     def __init__(self, chunks: Sequence[PeerChunk], folder: str) -> None:
         self.chunks = list(chunks)
         vectors = qe.EdgeVectorParams(size=1, distance=qe.Distance.Dot)
         qe.EdgeShard.create(folder, qe.EdgeConfig(vectors=vectors)).close()
         self.shard = qe.EdgeShard.load(folder)
-        params = qe.TextIndexParams(tokenizer=qe.TokenizerType.Code, lowercase=True, scoring=True)
-        self.shard.update(qe.UpdateOperation.create_field_index(self.FIELD, params))
+        add_text_index(self.shard, qe.TokenizerType.Code)
         for at in range(0, len(self.chunks), 1000):
             points = [
-                qe.Point(at + i, [1.0], {self.FIELD: spelled_cjk(f"{c.section or ''}\n{c.text}")})
+                qe.Point(at + i, [1.0], {TEXT_FIELD: spelled_cjk(f"{c.section or ''}\n{c.text}")})
                 for i, c in enumerate(self.chunks[at : at + 1000])
             ]
             self.shard.update(qe.UpdateOperation.upsert_points(points))
 
     def search(self, query: str, limit: int) -> list[PeerHit]:
         request = qe.QueryRequest(
-            query=qe.TextQuery(self.FIELD, spelled_cjk(query)), limit=limit, with_payload=False
+            query=qe.TextQuery(TEXT_FIELD, spelled_cjk(query)), limit=limit, with_payload=False
         )
         hits = [self.chunks[int(p.id)] for p in self.shard.query(request)]
         return [PeerHit(c.document_id, c.page_start, c.page_end) for c in hits]

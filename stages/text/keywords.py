@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from itertools import chain
 from typing import cast
 
-__all__ = ["AVERAGE_TERMS", "K1", "B", "query_vector", "terms", "text_vector"]
+__all__ = ["AVERAGE_TERMS", "CJK_RUN", "K1", "B", "query_vector", "terms", "text_vector"]
 
 #: BM25's term-frequency saturation and length normalisation (the usual values).
 K1 = 1.2
@@ -38,7 +38,8 @@ MAX_TERM_CHARS = 64
 # apostrophes inside (ssl.SSLContext, utf-8, don't).
 _WORD = re.compile(r"[\w]+(?:[.\-'’][\w]+)*")
 _SEPARATORS = re.compile(r"[_.\-'’]+")
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
+#: A run of Han, kana or Hangul (no spaces to split them on).
+CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
 
 
 def terms(text: str) -> Iterator[str]:
@@ -52,7 +53,7 @@ def _normal(text: str) -> str:
 
 
 def _terms_of(word: str) -> list[str]:
-    if _CJK.search(word):
+    if CJK_RUN.search(word):
         return list(_cjk_terms(word))
     if len(word) > MAX_TERM_CHARS:
         return []
@@ -93,7 +94,7 @@ def _humps(piece: str) -> list[str]:
 
 def _cjk_terms(word: str) -> Iterator[str]:
     last = 0
-    for run in _CJK.finditer(word):
+    for run in CJK_RUN.finditer(word):
         if run.start() > last:
             yield from _word_terms(word[last : run.start()])
         chars = run.group()

@@ -6,7 +6,8 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from bench.harness.retrieval_peer import PeerChunk, PeerHit, QdrantTextIndex, spelled_cjk
+from bench.harness.retrieval_peer import PeerChunk, PeerHit, QdrantTextIndex
+from bench.harness.text_index import spelled_cjk
 
 
 def test_cjk_runs_are_spelled_as_characters_and_pairs() -> None:
