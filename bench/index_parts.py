@@ -86,7 +86,12 @@ async def measure_index_parts(
                 while True:
                     at = time.process_time()
                     rows = await checkpoints.chunk_vectors(
-                        pool, doc["id"], embedder.model, after=after, limit=SLICE_POINTS
+                        pool,
+                        doc["id"],
+                        embedder.model,
+                        after=after,
+                        limit=SLICE_POINTS,
+                        keywords=keywords,
                     )
                     at = _add(spent, "read", at)
                     built = document_points(

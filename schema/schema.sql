@@ -161,6 +161,9 @@ CREATE TABLE chunks (
     boxes        real[],
     -- A piece of a table, its header row first (0019).
     is_table     boolean NOT NULL DEFAULT false,
+    -- Its keyword vector (stages.text.keywords.stored_vector), NULL: computed when
+    -- indexed (0024).
+    keywords     bytea,
     PRIMARY KEY (document_id, ordinal),
     CHECK (page_end >= page_start)
 );

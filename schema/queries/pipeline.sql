@@ -136,11 +136,11 @@ ON CONFLICT (model, sha256) DO NOTHING;
 -- A document's chunks with their vectors for one model (NULL where not embedded), in
 -- ordinal order: all of them, or a slice (the index stage streams long documents).
 -- $1 document id, $2 model, $3 only ordinals above this (-1: from the first),
--- $4 at most this many (NULL: all)
+-- $4 at most this many (NULL: all), $5 with the stored keyword vectors
 -- A key lookup per chunk: as a join, a generic plan may hash the whole embeddings table.
 -- The slice is a range of the primary key (document_id, ordinal).
 SELECT c.ordinal, c.kind::text AS kind, c.text, c.page_start, c.page_end, c.generation,
-       c.section, c.is_table,
+       c.section, c.is_table, CASE WHEN $5::boolean THEN c.keywords END AS keywords,
        (SELECT e.vector FROM embeddings AS e WHERE e.model = $2 AND e.sha256 = c.sha256)
            AS vector
 FROM chunks AS c

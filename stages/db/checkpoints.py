@@ -83,6 +83,9 @@ class NewChunk(ChunkText, frozen=True, kw_only=True):
     boxes: list[float] | None = None
     #: A piece of a table (its header row first).
     is_table: bool = False
+    #: Its keyword vector (:func:`stages.text.keywords.stored_vector`; None: computed
+    #: when indexed).
+    keywords: bytes | None = None
 
 
 class ChunkTokens(msgspec.Struct, frozen=True, kw_only=True):
@@ -103,6 +106,8 @@ class ChunkVector(StoredChunk, frozen=True, kw_only=True):
     vector: Vector | None
     section: str | None = None
     is_table: bool = False
+    #: Its stored keyword vector (None: none stored, or not read).
+    keywords: bytes | None = None
 
 
 #: The chunks' columns a write fills, in the order of its rows. Binary COPY rather than an
@@ -113,7 +118,7 @@ class ChunkVector(StoredChunk, frozen=True, kw_only=True):
 #: for the two together, within the noise).
 CHUNK_COLUMNS = (
     "document_id", "kind", "generation", "ordinal", "text", "page_start", "page_end", "sha256",
-    "tokens", "over_window", "section", "boxes", "is_table",
+    "tokens", "over_window", "section", "boxes", "is_table", "keywords",
 )  # fmt: skip
 
 
@@ -235,7 +240,7 @@ async def _insert_chunks(
         return
     rows = [
         (document_id, kind, generation, first + i, c.text, c.page_start, c.page_end, c.sha256,
-         c.tokens, c.over_window, c.section, c.boxes, c.is_table)
+         c.tokens, c.over_window, c.section, c.boxes, c.is_table, c.keywords)
         for i, c in enumerate(chunks)
     ]  # fmt: skip
     await conn.copy_records_to_table("chunks", records=rows, columns=CHUNK_COLUMNS)
@@ -310,11 +315,18 @@ def _native(data: bytes) -> Vector:
 
 
 async def chunk_vectors(
-    db: Reader, document_id: uuid.UUID, model: str, *, after: int = -1, limit: int | None = None
+    db: Reader,
+    document_id: uuid.UUID,
+    model: str,
+    *,
+    after: int = -1,
+    limit: int | None = None,
+    keywords: bool = True,
 ) -> list[ChunkVector]:
     """The document's chunks with ``model``'s vectors, in ordinal order: those with an
-    ordinal above ``after``, at most ``limit`` of them (None: all)."""
-    rows = await db.fetch(Q["chunk_vectors"], document_id, model, after, limit)
+    ordinal above ``after``, at most ``limit`` of them (None: all); with their stored
+    keyword vectors unless not ``keywords``."""
+    rows = await db.fetch(Q["chunk_vectors"], document_id, model, after, limit, keywords)
     return [
         ChunkVector(
             ordinal=r["ordinal"],
@@ -326,6 +338,7 @@ async def chunk_vectors(
             vector=vector,
             section=r["section"],
             is_table=r["is_table"],
+            keywords=r["keywords"],
         )
         for r, vector in zip(rows, vectors_of([r["vector"] for r in rows]), strict=True)
     ]

@@ -19,6 +19,7 @@ from runtime.api import DbConn, Job, JobContext, MissingInput, release_free_heap
 from stages.db import checkpoints
 from stages.ports.services import Services
 from stages.text.chunking import ChunkConfig, chunk_pages
+from stages.text.keywords import stored_vector
 from stages.text.structure import structured_chunks
 from stages.text.tokens import TokenCounter
 
@@ -52,7 +53,9 @@ def new_chunks(
     pages: list[checkpoints.Page], config: ChunkConfig, counter: TokenCounter
 ) -> list[checkpoints.NewChunk]:
     """The document's chunks: by its structure where its pages have a layout (a PDF's:
-    :mod:`stages.text.structure`), else by paragraphs and headings of the text."""
+    :mod:`stages.text.structure`), else by paragraphs and headings of the text; each
+    with its keyword vector (computed here, in any process, rather than by the index
+    stage: :mod:`stages.text.keywords`)."""
     window = counter.window
     if any(p.layout is not None for p in pages):
         return [
@@ -66,6 +69,7 @@ def new_chunks(
                 section=c.section,
                 boxes=c.boxes or None,
                 is_table=c.table,
+                keywords=stored_vector(c.text, c.section),
             )
             for c in structured_chunks(pages, config, counter)
         ]
@@ -78,9 +82,11 @@ def new_chunks(
             sha256=c.sha256,
             tokens=c.tokens,
             over_window=c.tokens > window,
-            section=section_label(sections, c.page_start, c.page_end),
+            section=section,
+            keywords=stored_vector(c.text, section),
         )
         for c in chunk_pages([(p.page, p.text) for p in pages], config, counter)
+        for section in [section_label(sections, c.page_start, c.page_end)]
     ]
 
 

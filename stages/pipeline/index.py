@@ -27,7 +27,7 @@ from stages.ports.vector_index import (
     Point,
     point_ids,
 )
-from stages.text.keywords import text_vector
+from stages.text.keywords import from_stored, text_vector
 
 #: Points read, built and written at a time: an index job's memory does not grow with
 #: its document (bench.ingest's two 2,415-page manuals have ~9,000 points each).
@@ -242,7 +242,7 @@ def document_points(
                 GENERATION_FIELD: generation,
                 COLLECTION_FIELD: tenant,
             },
-            keywords=Keywords(*text_vector(r.text, r.section)) if keywords else None,
+            keywords=_keywords(r) if keywords else None,
         )
         for point, r in zip(ids, rows, strict=True)
     ]
@@ -254,3 +254,12 @@ def document_points(
         if r.is_table:
             point.payload["table"] = True
     return points
+
+
+def _keywords(row: checkpoints.ChunkVector) -> Keywords:
+    """The chunk's keyword vector as the chunk or vision stage stored it, else computed
+    now (rows from before it was stored, or of another stored format)."""
+    stored = from_stored(row.keywords)
+    if stored is None:
+        return Keywords(*text_vector(row.text, row.section))
+    return Keywords(*stored)

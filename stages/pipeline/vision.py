@@ -23,6 +23,7 @@ from runtime.api import (
 )
 from stages.db import checkpoints
 from stages.pipeline._provider import ProviderStage
+from stages.text.keywords import stored_vector
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ def image_chunk(asset: checkpoints.Asset) -> checkpoints.NewChunk:
         page_start=asset.page,
         page_end=asset.page,
         sha256=hashlib.sha256(text.encode()).hexdigest(),
+        keywords=stored_vector(text),
     )
 
 

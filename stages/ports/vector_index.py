@@ -65,10 +65,11 @@ _COLLECTION = re.compile(r"[a-z0-9_-]{1,200}")
 
 class Keywords(msgspec.Struct, frozen=True):
     """A sparse vector of keyword weights (:mod:`stages.text.keywords`): the keyword side
-    of hybrid search, scored by the index with inverse document frequency."""
+    of hybrid search, scored by the index with inverse document frequency. Lists, or
+    arrays as a chunk's stored vector is read back (the adapters take either)."""
 
-    indices: list[int]
-    values: list[float]
+    indices: Sequence[int]
+    values: Sequence[float]
 
 
 class Point(msgspec.Struct, frozen=True):

@@ -10,12 +10,21 @@ term frequency, and the index applies the inverse document frequency (``Modifier
 so the score is BM25's. A chunk's heading path (its section label) is indexed with its
 text, each of its terms once more, so a question that names the section finds the
 section's chunks that do not print its heading.
+
+A chunk's vector is computed once, where the chunk is cut (:func:`stored_vector`, kept in
+``chunks.keywords``), not by the index stage: with the embedded index one process writes
+the shard, so what the index stage spends a point is spent serially, and the vector
+depends only on the chunk's text and heading. The index stage reads it back
+(:func:`from_stored`, ~3 µs a chunk against ~40-70 to compute it); a row without one
+(older rows, another format) is computed there as before.
 """
 
 from __future__ import annotations
 
+import array
 import functools
 import re
+import sys
 import unicodedata
 import zlib
 from collections import Counter
@@ -23,7 +32,20 @@ from collections.abc import Iterator
 from itertools import chain
 from typing import cast
 
-__all__ = ["AVERAGE_TERMS", "CJK_RUN", "K1", "B", "query_vector", "terms", "text_vector"]
+import numpy as np
+
+__all__ = [
+    "AVERAGE_TERMS",
+    "CJK_RUN",
+    "K1",
+    "STORED_FORMAT",
+    "B",
+    "from_stored",
+    "query_vector",
+    "stored_vector",
+    "terms",
+    "text_vector",
+]
 
 #: BM25's term-frequency saturation and length normalisation (the usual values).
 K1 = 1.2
@@ -161,6 +183,37 @@ def _fill(pieces: list[str], found: list[tuple[int, ...] | None]) -> list[tuple[
             ids = _PIECES[piece] = tuple(x for w in words for x in _word_indices(w))
         filled.append(ids)
     return filled
+
+
+#: The stored form's version, its first byte: bump it whenever the terms or their weights
+#: change, and every stored vector of another version is computed again at index time.
+STORED_FORMAT = 1
+
+
+def stored_vector(text: str, heading: str | None = None) -> bytes:
+    """:func:`text_vector` as ``chunks.keywords`` keeps it: :data:`STORED_FORMAT`, then the
+    indices as little-endian uint32, then the weights as little-endian float32, by index
+    (the shard sorts a vector that is not: ~1.4 µs of its upsert a point, here once)."""
+    indices, values = text_vector(text, heading)
+    packed = np.asarray(indices, dtype="<u4")
+    order = packed.argsort()
+    weights = np.asarray(values, dtype="<f4")[order]
+    return bytes((STORED_FORMAT,)) + packed[order].tobytes() + weights.tobytes()
+
+
+def from_stored(data: bytes | None) -> tuple[array.array[int], array.array[float]] | None:
+    """A stored vector's indices and weights (arrays: qdrant-edge reads them as they are),
+    or None when there is none or it is of another :data:`STORED_FORMAT`."""
+    if not data or data[0] != STORED_FORMAT or (len(data) - 1) % 8:
+        return None
+    split = 1 + (len(data) - 1) // 2
+    indices, values = array.array("I"), array.array("f")
+    indices.frombytes(data[1:split])
+    values.frombytes(data[split:])
+    if sys.byteorder == "big":
+        indices.byteswap()
+        values.byteswap()
+    return indices, values
 
 
 def query_vector(text: str) -> tuple[list[int], list[float]]:

@@ -9,6 +9,7 @@ import pytest
 
 from stages.actions.search import search
 from stages.ports.vector_index import new_point
+from stages.text.keywords import STORED_FORMAT, stored_vector
 from tests.integration.conftest import OpenPipeline
 from tests.support.pipeline_env import TimedCohere, sample
 
@@ -75,3 +76,45 @@ async def test_every_mode_finds_an_identifier_and_hybrid_is_the_default(
         assert dense.hits[0].document_id == rust and dense.hits[0].text == text
         # Tenants: the collection filter holds in every mode.
         assert (await search(env.pool, env.probe, IDENTIFIER, 3, collection="x")).hits == []
+
+
+async def test_keyword_vectors_are_stored_when_cut_and_indexed_as_stored(
+    cohere_pipeline: OpenPipeline, fake_cohere: TimedCohere
+) -> None:
+    """The chunk stage stores each chunk's keyword vector (of its text and section); the
+    index stage writes the stored one (a chunk given another text's vector answers that
+    text); rows without one, or of another stored format (made before 0024, or by
+    another version), are computed when indexed and answer as before."""
+    async with cohere_pipeline(fake_cohere) as env:
+        rust, sourdough = await env.submit_all(
+            sample(n) for n in ("rust-borrow-checker.pdf", "sourdough.pdf")
+        )
+        await env.run()
+        rows = await env.pool.fetch("SELECT text, section, keywords FROM chunks")
+        assert rows and all(r["keywords"] == stored_vector(r["text"], r["section"]) for r in rows)
+        before = await search(env.pool, env.probe, IDENTIFIER, 5, mode="keyword")
+        assert before.hits[0].document_id == rust
+
+        await env.pool.execute("UPDATE chunks SET keywords = NULL WHERE document_id = $1", rust)
+        await env.pool.execute(
+            "UPDATE chunks SET keywords = $2 || substring(keywords FROM 2) WHERE document_id = $1",
+            sourdough,
+            bytes((STORED_FORMAT + 1,)),
+        )
+        await env.pool.execute(
+            "UPDATE chunks SET keywords = $2 WHERE document_id = $1 AND ordinal = 0",
+            sourdough,
+            stored_vector("quagga zebra"),
+        )
+        assert not (await search(env.pool, env.probe, "quagga", 5, mode="keyword")).hits
+        for doc in (rust, sourdough):
+            await env.enqueue_index(doc)
+        await env.run(("index",))
+        for doc in (rust, sourdough):
+            await env.assert_indexed(doc)
+        after = await search(env.pool, env.probe, IDENTIFIER, 5, mode="keyword")
+        assert [(h.document_id, h.ordinal) for h in after.hits] == [
+            (h.document_id, h.ordinal) for h in before.hits
+        ]
+        quagga = await search(env.pool, env.probe, "quagga", 5, mode="keyword")
+        assert [(h.document_id, h.ordinal) for h in quagga.hits] == [(sourdough, 0)]

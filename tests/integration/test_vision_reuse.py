@@ -12,6 +12,7 @@ from typing import Any
 import pymupdf
 import pytest
 
+from stages.text.keywords import stored_vector
 from tests.integration.conftest import OpenPipeline
 from tests.support.pipeline_env import TimedCohere
 
@@ -76,6 +77,11 @@ async def test_an_image_in_many_documents_is_described_once_per_model(
                 "SELECT sha256, described_by FROM assets WHERE document_id = $1", gamma
             )
             assert {r["described_by"] for r in by} == {f"cohere/{MODEL_B}"}
+            # Image chunks carry their keyword vector, as the vision stage stored it.
+            for row in await env.pool.fetch(
+                "SELECT text, keywords FROM chunks WHERE kind = 'image'"
+            ):
+                assert row["keywords"] == stored_vector(row["text"])
             assert await env.statuses([*ids, gamma]) == dict.fromkeys(
                 ["alpha.pdf", "beta.pdf", "gamma.pdf"], "ready"
             )

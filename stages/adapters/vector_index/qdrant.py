@@ -259,7 +259,9 @@ class QdrantIndex:
         if query.vector is not None:
             dense = await self._side(vector_collection, list(query.vector), None, depth, where)
         if query.keywords is not None:
-            sparse = qm.SparseVector(indices=query.keywords.indices, values=query.keywords.values)
+            sparse = qm.SparseVector(
+                indices=list(query.keywords.indices), values=list(query.keywords.values)
+            )
             found = await self._side(vector_collection, sparse, vi.KEYWORDS_VECTOR, depth, where)
         if query.mode == "hybrid":
             return vi.fuse(dense, found, query, limit)
@@ -403,6 +405,6 @@ def _vectors(point: vi.Point, keywords: bool) -> Any:
     named: dict[str, Any] = {"": list(point.vector)}
     if point.keywords is not None and point.keywords.indices:
         named[vi.KEYWORDS_VECTOR] = qm.SparseVector(
-            indices=point.keywords.indices, values=point.keywords.values
+            indices=list(point.keywords.indices), values=list(point.keywords.values)
         )
     return named

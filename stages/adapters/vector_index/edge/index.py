@@ -261,7 +261,9 @@ class EdgeIndex:
         if query.vector is not None:
             dense = _request(qe.Query.Nearest(list(query.vector)), depth, where, not hybrid)
         if query.keywords is not None:
-            words = qe.SparseVector(indices=query.keywords.indices, values=query.keywords.values)
+            words = qe.SparseVector(
+                indices=list(query.keywords.indices), values=list(query.keywords.values)
+            )
             keyword = _request(
                 qe.Query.Nearest(words, using=KEYWORDS_VECTOR), depth, where, not hybrid
             )

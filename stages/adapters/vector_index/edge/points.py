@@ -53,7 +53,9 @@ def vectors_of(point: Point) -> Any:
     """The point's named vectors: the dense one (unnamed) and its keywords, if any."""
     if point.keywords is None or not point.keywords.indices:
         return {"": point.vector}
-    sparse = qe.SparseVector(indices=point.keywords.indices, values=point.keywords.values)
+    # Its stub says lists; it reads any sequence, a stored vector's arrays too.
+    words = point.keywords
+    sparse = qe.SparseVector(indices=words.indices, values=words.values)  # type: ignore[arg-type]
     return {"": point.vector, KEYWORDS_VECTOR: sparse}
 
 

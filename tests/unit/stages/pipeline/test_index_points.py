@@ -13,7 +13,7 @@ from runtime.models import Job
 from stages.db import checkpoints
 from stages.pipeline.index import document_points, payload
 from stages.ports.vector_index import Keywords, new_point
-from stages.text.keywords import text_vector
+from stages.text.keywords import STORED_FORMAT, from_stored, stored_vector, text_vector
 
 
 def rows(count: int) -> list[checkpoints.ChunkVector]:
@@ -44,3 +44,25 @@ def test_document_points_equal_new_point() -> None:
     ]
     built = document_points(chunks, job.document_id, job.generation, job.filename)
     assert built == expected
+
+
+def test_a_stored_keyword_vector_is_indexed_as_stored() -> None:
+    """The chunk stage's stored vector is what the point carries (not computed again:
+    here it is another text's, so the difference shows); a row whose stored vector is
+    of another format, or has none, gets the vector of its own text and heading."""
+    document = uuid.uuid4()
+    elsewhere = stored_vector("quagga zebra")
+    old = bytes((STORED_FORMAT + 1,)) + elsewhere[1:]
+    chunks = [
+        msgspec.structs.replace(r, keywords=k)
+        for r, k in zip(rows(3), (elsewhere, old, None), strict=True)
+    ]
+    built = document_points(chunks, document, 2, "a.pdf")
+    keywords = [p.keywords for p in built]
+    assert all(k is not None for k in keywords)
+    assert (keywords[0].indices, keywords[0].values) == from_stored(elsewhere)  # type: ignore[union-attr]
+    for r, k in zip(chunks[1:], keywords[1:], strict=True):
+        assert k == Keywords(*text_vector(r.text, r.section))
+    assert all(
+        p.keywords is None for p in document_points(chunks, document, 2, "a.pdf", keywords=False)
+    )

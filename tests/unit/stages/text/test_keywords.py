@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
-from stages.text.keywords import AVERAGE_TERMS, K1, query_vector, term_index, terms, text_vector
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stages.text.keywords import (
+    AVERAGE_TERMS,
+    K1,
+    STORED_FORMAT,
+    from_stored,
+    query_vector,
+    stored_vector,
+    term_index,
+    terms,
+    text_vector,
+)
 
 
 def test_identifiers_are_kept_whole_and_split() -> None:
@@ -68,3 +82,29 @@ def test_a_chunks_heading_path_counts_each_of_its_terms_once_more() -> None:
 
 def test_garbage_words_are_not_terms() -> None:
     assert list(terms("a" * 65 + " ok")) == ["ok"]
+
+
+@given(st.text(max_size=400), st.one_of(st.none(), st.text(max_size=60)))
+def test_a_stored_vector_reads_back_as_the_computed_one_by_index(
+    text: str, heading: str | None
+) -> None:
+    """What the chunk stage stores is the chunk's vector, sorted by term index (as the
+    shard keeps it), its weights as float32."""
+    computed = dict(zip(*text_vector(text, heading), strict=True))
+    stored = from_stored(stored_vector(text, heading))
+    assert stored is not None
+    indices, values = stored
+    assert list(indices) == sorted(computed)
+    assert list(values) == pytest.approx([computed[i] for i in indices], rel=1e-6)
+
+
+def test_a_vector_stored_in_another_format_or_damaged_is_not_read() -> None:
+    """The index stage computes these again instead: none stored, an older or newer
+    format, a cut-off one."""
+    good = stored_vector("the borrow checker", "3 Ownership")
+    assert from_stored(good) is not None and good[0] == STORED_FORMAT
+    assert from_stored(None) is None and from_stored(b"") is None
+    assert from_stored(bytes((STORED_FORMAT + 1,)) + good[1:]) is None
+    assert from_stored(good[:-3]) is None
+    empty = from_stored(stored_vector(""))  # no terms: an empty vector
+    assert empty is not None and [list(a) for a in empty] == [[], []]
