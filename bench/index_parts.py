@@ -71,11 +71,9 @@ async def measure_index_parts(
     # Keyed by IndexParts' fields, less their "_s".
     spent = dict.fromkeys(("read", "build", "payloads", "edge_points", "upsert"), 0.0)
     points = 0
-    if keywords:
-        ensure_shard(shard, embedder.dimensions)
-    else:
-        vectors = qe.EdgeVectorParams(size=embedder.dimensions, distance=qe.Distance.Cosine)
-        qe.EdgeShard.create(str(shard), qe.EdgeConfig(vectors=vectors)).close()
+    # The same shard as the index stage makes (half-precision vectors, the payload
+    # indexes), with the keyword side or without.
+    ensure_shard(shard, embedder.dimensions, keywords=keywords)
     edge = qe.EdgeShard.load(str(shard))
     if text_index is not None:
         add_text_index(edge, text_index)

@@ -18,7 +18,9 @@ server) and prints:
    image-heavy corpus file next to raw PyMuPDF's own peak for that file.
 
 ``--index-only``: one ragline run (no raw PyMuPDF, no memory section), then the index
-stage's CPU per point; for work on the index stage.
+stage's CPU per point; for work on the index stage. With it, ``--rounds N`` (3) runs the
+index stage alone N times into a fresh dense-only shard and N times into a fresh one
+with the keyword side, in turns: the keyword side's cost to the stage, all-in.
 
 Peak RSS is the kernel's ``ru_maxrss`` of the child process (``os.wait4``), started
 through :mod:`bench.harness.rusage` so that it is the child's own, not this process's.
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -62,9 +65,11 @@ from bench.queue import (
     server_dsn,
     verdict,
 )
+from bench.standins import ZeroEmbedder
 from runtime.jobs.documents import DocumentRepository
 from stages.actions.submit import inspect_file, submit
 from stages.adapters.assets.directory import DirStore
+from stages.adapters.vector_index.edge.shard import ensure_shard
 from stages.ports.assets import AssetStore
 
 REPO = Path(__file__).resolve().parent.parent
@@ -156,6 +161,7 @@ class Options(msgspec.Struct, frozen=True, kw_only=True):
     docs: int | None = None
     repeat: int = 3
     index_only: bool = False
+    rounds: int = 3
 
 
 class RawFile(msgspec.Struct, frozen=True):
@@ -457,10 +463,13 @@ async def section_end_to_end(
 # -- index CPU per point ------------------------------------------------------------------
 
 
-async def index_cpu_per_point(dsn: str, data_dir: Path) -> None:
+async def index_cpu_per_point(dsn: str, data_dir: Path, rounds: int = 0) -> None:
     """Every document indexed again by one ``--stages index`` worker alone: its CPU (less
     an idle worker's start-up CPU) per point, all-in (reading chunks and vectors, building
-    points, the embedded index's upsert, the job's commit)."""
+    points, the embedded index's upsert, the job's commit). With ``rounds``, also the
+    same into a dense-only shard (made as the stage makes one, without the keyword side),
+    the two alternating, each into a fresh shard: the keyword side's cost to the stage
+    (issue 34's floor: ≤ 1.5× dense only)."""
     async with pool_of(dsn, 2) as pool:
         ids = [r["id"] for r in await pool.fetch(READY_SQL)]
         points = int(await pool.fetchval(CHUNKS_SQL))
@@ -470,11 +479,7 @@ async def index_cpu_per_point(dsn: str, data_dir: Path) -> None:
     cmd = worker_command(dsn, data_dir, "--stages", "index", "--concurrency", "2")
     log = data_dir / "index-only.log"
     [idle] = await anyio.to_thread.run_sync(run_children, [cmd], log)
-    async with pool_of(dsn, 2) as pool:
-        repo = DocumentRepository(pool)
-        for doc_id in ids:
-            await repo.reprocess(doc_id, "index")
-    [busy] = await anyio.to_thread.run_sync(run_children, [cmd], log)
+    busy = await index_run(dsn, cmd, log, ids)
     async with connection(dsn) as conn:
         busy_s = await conn.fetchval(INDEX_BUSY_SQL)
     cpu_s = max(busy.cpu_s - idle.cpu_s, 0.0)
@@ -485,6 +490,48 @@ async def index_cpu_per_point(dsn: str, data_dir: Path) -> None:
         f"of CPU per point (target ≤ {INDEX_US_TARGET:.0f}: {verdict(us <= INDEX_US_TARGET)}); "
         f"busy (job durations) {float(busy_s or 0) / max(points, 1) * 1e6:.0f} µs per point; "
         f"peak RSS {busy.max_rss_mb:.0f} MB"
+    )
+    if rounds:
+        await keyword_side_rounds(dsn, data_dir, cmd, log, ids, points, idle.cpu_s, rounds)
+
+
+async def index_run(dsn: str, cmd: Sequence[str], log: Path, ids: Sequence[uuid.UUID]) -> Measured:
+    """Every document's index job again, run by one worker until idle."""
+    async with pool_of(dsn, 2) as pool:
+        repo = DocumentRepository(pool)
+        for doc_id in ids:
+            await repo.reprocess(doc_id, "index")
+    [busy] = await anyio.to_thread.run_sync(run_children, [cmd], log)
+    return busy
+
+
+async def keyword_side_rounds(
+    dsn: str,
+    data_dir: Path,
+    cmd: Sequence[str],
+    log: Path,
+    ids: Sequence[uuid.UUID],
+    points: int,
+    idle_cpu_s: float,
+    rounds: int,
+) -> None:
+    """The index stage alone into a fresh dense-only shard and a fresh one with the
+    keyword side, in turns: each one's best worker CPU a point (less the idle start-up)."""
+    [shard] = [p for p in (data_dir / "qdrant").iterdir() if p.is_dir() and p.name[0] != "."]
+    best: dict[bool, float] = {}
+    for turn in range(rounds * 2):
+        keywords = bool(turn % 2)
+        shutil.rmtree(shard)
+        ensure_shard(shard, ZeroEmbedder().dimensions, keywords=keywords)
+        run = await index_run(dsn, cmd, log, ids)
+        us = max(run.cpu_s - idle_cpu_s, 0.0) / points * 1e6
+        print(f"  {'with keywords' if keywords else 'dense only'}: {us:.1f} µs a point", flush=True)
+        best[keywords] = min(best.get(keywords, us), us)
+    ratio = best[True] / best[False]
+    print(
+        f"index stage alone, dense-only shard vs with the keyword side ({rounds} rounds in "
+        f"turns, best of each): {best[False]:.1f} vs {best[True]:.1f} µs of worker CPU a "
+        f"point: {ratio:.2f}x (floor ≤ 1.5x: {verdict(ratio <= 1.5)})"
     )
 
 
@@ -569,7 +616,7 @@ async def index_only(opts: Options, files: Sequence[Path]) -> None:
     with tempfile.TemporaryDirectory(prefix="ragline-bench-") as tmp:
         async with bench_database(opts.server_dsn) as dsn:
             await ragline_run(dsn, Path(tmp), files)
-            await index_cpu_per_point(dsn, Path(tmp))
+            await index_cpu_per_point(dsn, Path(tmp), opts.rounds)
             await index_parts(dsn, Path(tmp))
 
 
@@ -612,12 +659,24 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument(
         "--index-only", action="store_true", help="one ragline run, then the index line alone"
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="with --index-only: dense-only and keyword-side index runs, in turns (3)",
+    )
     args = parser.parse_args(argv)
     docs = args.docs if args.docs is not None else (QUICK_DOCS if args.quick else None)
     repeat = 1 if args.quick else args.repeat
     if repeat < 1:
         parser.error("--repeat must be at least 1")
-    return Options(server_dsn=server_dsn(), docs=docs, repeat=repeat, index_only=args.index_only)
+    return Options(
+        server_dsn=server_dsn(),
+        docs=docs,
+        repeat=repeat,
+        index_only=args.index_only,
+        rounds=args.rounds,
+    )
 
 
 if __name__ == "__main__":

@@ -128,6 +128,9 @@ class FilledIndex(VectorIndex):
     async def point_alias(self, alias: str, vector_collection: str) -> None:
         return None
 
+    async def has_keywords(self, vector_collection: str) -> bool:
+        return True
+
     async def aclose(self) -> None:
         return None
 

@@ -96,11 +96,15 @@ class IndexStage:
         embedded first (``embed``), or nothing more is written and the result is None."""
         job, index = ctx.job, self.services.index
         after, written = -1, 0
+        # A collection made before hybrid search stores no keywords: none are read or built.
+        keywords = await index.has_keywords(collection)
         while True:
-            rows = await self._slice(ctx, model, after, embed=embed)
+            rows = await self._slice(ctx, model, after, embed=embed, keywords=keywords)
             if rows is None:
                 return None
-            points = document_points(rows, job.document_id, job.generation, job.filename, tenant)
+            points = document_points(
+                rows, job.document_id, job.generation, job.filename, tenant, keywords
+            )
             written += len(points)
             # A job cancelled by a reprocess must not touch the index: the lease check
             # makes the window a stale worker has tiny, and verify catches what slips
@@ -118,13 +122,14 @@ class IndexStage:
             del rows, points
 
     async def _slice(
-        self, ctx: JobContext, model: str, after: int, *, embed: bool
+        self, ctx: JobContext, model: str, after: int, *, embed: bool, keywords: bool
     ) -> list[checkpoints.ChunkVector] | None:
         """The next slice's rows with ``model``'s vectors (embedding missing ones first
-        when ``embed``; None when one is missing and not ``embed``)."""
+        when ``embed``; None when one is missing and not ``embed``), with their stored
+        keyword vectors when ``keywords``."""
         document = ctx.job.document_id
         rows = await checkpoints.chunk_vectors(
-            ctx.pool, document, model, after=after, limit=SLICE_POINTS
+            ctx.pool, document, model, after=after, limit=SLICE_POINTS, keywords=keywords
         )
         if all(r.vector is not None for r in rows):
             return rows
@@ -133,7 +138,7 @@ class IndexStage:
         # Embedded before a model switch moved the live model: embed what is missing.
         await self._embed_missing(ctx, model)
         rows = await checkpoints.chunk_vectors(
-            ctx.pool, document, model, after=after, limit=SLICE_POINTS
+            ctx.pool, document, model, after=after, limit=SLICE_POINTS, keywords=keywords
         )
         missing = [r.ordinal for r in rows if r.vector is None]
         if missing:

@@ -146,6 +146,12 @@ class VectorIndex(Protocol):
         when another process is better placed to write it now (the embedded index: it
         holds the shard); a server index has nothing to do."""
 
+    async def has_keywords(self, vector_collection: str) -> bool:
+        """Whether the vector collection has the keyword side (one made before hybrid
+        search has dense vectors only: points are written to it without keywords, so
+        the index stage need not build them)."""
+        ...
+
     async def upsert(self, vector_collection: str, points: Sequence[Point]) -> None:
         """Insert or replace ``points`` by id."""
 

@@ -291,6 +291,9 @@ class QdrantIndex:
             for p in response.points
         ]
 
+    async def has_keywords(self, vector_collection: str) -> bool:
+        return await self._require(vector_collection)
+
     async def drop_vector_collection(self, name: str) -> None:
         vi.check_vector_collection(name)
         self._known.pop(name, None)

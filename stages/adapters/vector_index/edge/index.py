@@ -155,6 +155,9 @@ class EdgeIndex:
             )
         self._dimensions[name] = dimensions
 
+    async def has_keywords(self, vector_collection: str) -> bool:
+        return has_keywords(self.config.root / check_vector_collection(vector_collection))
+
     async def reserve(self, vector_collection: str) -> None:
         """Hold the collection for this process's next writes, or raise :class:`Snooze`
         when another process that runs index jobs holds it: the job goes to the process

@@ -28,15 +28,18 @@ __all__ = ["SEARCH_THREADS", "check_edge_dimensions", "ensure_shard", "has_keywo
 SEARCH_THREADS = 1
 
 
-def ensure_shard(path: Path, dimensions: int) -> None:
+def ensure_shard(path: Path, dimensions: int, *, keywords: bool = True) -> None:
+    """The shard at ``path``, created when missing: with the keyword side unless not
+    ``keywords`` (a dense-only shard, as made before hybrid search; benchmarks compare
+    the two)."""
     if path.is_dir():
         check_edge_dimensions(path, path.name, dimensions)
     else:
         ensure_room(path)  # creating one writes its files through mappings too
-        _create_shard(path, dimensions)
+        _create_shard(path, dimensions, keywords)
 
 
-def _create_shard(path: Path, dimensions: int) -> None:
+def _create_shard(path: Path, dimensions: int, keywords: bool) -> None:
     """Create the shard in a temporary directory and rename it into place, so a crash
     mid-create never leaves a half-made shard that ``load`` chokes on."""
     tmp = path.with_name(f".tmp-{path.name}-{uuid.uuid4().hex}")
@@ -50,9 +53,11 @@ def _create_shard(path: Path, dimensions: int) -> None:
         datatype=qe.VectorStorageDatatype.Float16,
     )
     # The keyword side: a sparse vector the shard weighs by inverse document frequency.
-    keywords = {KEYWORDS_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
+    sparse = {KEYWORDS_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
     config = qe.EdgeConfig(
-        vectors=vectors, sparse_vectors=keywords, max_search_threads=SEARCH_THREADS
+        vectors=vectors,
+        sparse_vectors=sparse if keywords else None,
+        max_search_threads=SEARCH_THREADS,
     )
     try:
         shard = qe.EdgeShard.create(str(tmp), config)

@@ -1,4 +1,5 @@
-"""Embedded shards are created with one search thread."""
+"""Embedded shards are created with one search thread, with the keyword side or (as
+before hybrid search, for benchmarks) without it."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import anyio
 import pytest
 
+from stages.adapters.vector_index.edge.index import EdgeIndex, EdgeIndexConfig
 from stages.adapters.vector_index.edge.shard import SEARCH_THREADS, ensure_shard
 
 # Loads the shard in a process of its own and prints how many qdrant-edge search pool
@@ -61,3 +64,18 @@ def test_loading_a_new_shard_starts_one_search_thread(tmp_path: Path) -> None:
         check=True,
     )
     assert int(out.stdout.strip()) == SEARCH_THREADS
+
+
+def test_a_shard_has_the_keyword_side_unless_made_without(tmp_path: Path) -> None:
+    """The index stage asks, and reads and builds no keywords for a shard without them."""
+    ensure_shard(tmp_path / "ragline_with", 4)
+    ensure_shard(tmp_path / "ragline_dense", 4, keywords=False)
+    index = EdgeIndex(EdgeIndexConfig(root=tmp_path))
+
+    async def sides() -> tuple[bool, bool]:
+        return (
+            await index.has_keywords("ragline_with"),
+            await index.has_keywords("ragline_dense"),
+        )
+
+    assert anyio.run(sides) == (True, False)
