@@ -15,7 +15,7 @@ A chunk's vector is computed once, where the chunk is cut (:func:`stored_vector`
 ``chunks.keywords``), not by the index stage: with the embedded index one process writes
 the shard, so what the index stage spends a point is spent serially, and the vector
 depends only on the chunk's text and heading. The index stage reads it back
-(:func:`from_stored`, ~3 µs a chunk against ~40-70 to compute it); a row without one
+(:func:`from_stored`, under 1 µs a chunk against ~55-65 to compute it); a row without one
 (older rows, another format) is computed there as before.
 """
 
