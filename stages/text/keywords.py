@@ -15,7 +15,7 @@ A chunk's vector is computed once, where the chunk is cut (:func:`stored_vector`
 ``chunks.keywords``), not by the index stage: with the embedded index one process writes
 the shard, so what the index stage spends a point is spent serially, and the vector
 depends only on the chunk's text and heading. The index stage reads it back
-(:func:`from_stored`, under 1 µs a chunk against ~55-65 to compute it); a row without one
+(:func:`from_stored`, under 1 µs a chunk against 55-160 to compute it, by host); a row without one
 (older rows, another format) is computed there as before.
 """
 
@@ -82,11 +82,13 @@ def _terms_of(word: str) -> list[str]:
     return list(_word_terms(word))
 
 
-@functools.lru_cache(maxsize=1 << 15)
-def _word_indices(word: str) -> tuple[int, ...]:
-    """The term indices of one word as it stands in the text (cached: a corpus's
-    vocabulary repeats, so most words are looked up, not split and hashed again)."""
+def _indices_of(word: str) -> tuple[int, ...]:
+    """The term indices of one word as it stands in the text."""
     return tuple(term_index(term) for term in _terms_of(word))
+
+
+#: :func:`_indices_of`, cached for headings and queries (chunks have their own cache).
+_word_indices = functools.lru_cache(maxsize=1 << 12)(_indices_of)
 
 
 def _word_terms(word: str) -> Iterator[str]:
@@ -101,6 +103,10 @@ def _word_terms(word: str) -> Iterator[str]:
 def _humps(piece: str) -> list[str]:
     """camelCase and UPPERCamel humps (``HTTPServer`` → ``HTTP``, ``Server``); digits
     stay with the letters before them (``asn1``, ``v2``)."""
+    tail = piece[1:]
+    # Most words have no capital past their first letter, or are all capitals: one hump.
+    if not tail or tail.islower() or piece.isdigit() or (piece.isupper() and piece.isalpha()):
+        return [piece] if piece else []
     humps: list[str] = []
     start = 0
     for i in range(1, len(piece)):
@@ -137,21 +143,28 @@ def text_vector(text: str, heading: str | None = None) -> tuple[list[int], list[
     """A chunk's sparse vector: each term's BM25 term-frequency weight. ``heading``: the
     chunk's heading path (``2 Currents › 2.1 Rip currents``), each of whose terms counts
     once more, as a heading printed in the chunk would (the chunk's length is its text's).
+    Indices in first-seen order: the index does not need them sorted."""
+    counts, norm = _counts(text, heading)
+    return list(counts), [n * (K1 + 1) / (n + norm) for n in counts.values()]
 
-    This runs once per chunk on the throughput path: the text is split on white space
-    (C), each piece's term indices come from a per-process cache keyed by the piece as it
-    stands (a corpus's pieces repeat), and the counting is ``Counter``'s C loop.
+
+def _counts(text: str, heading: str | None) -> tuple[Counter[int], float]:
+    """Each term index's count in ``text`` (and once more in ``heading``), and BM25's
+    length normalisation for the text.
+
+    This runs once per chunk on the throughput path: the words are found by one regex
+    pass (C), each word's term indices come from a per-process cache keyed by the word
+    as it stands (a corpus's words repeat: a chunk has ~85, a few of them new), and the
+    counting is ``Counter``'s C loop.
     """
-    pieces = text.split()
-    cached = list(map(_PIECES.get, pieces))
-    found = _fill(pieces, cached) if None in cached else cast("list[tuple[int, ...]]", cached)
+    words = _WORD.findall(_normal(text))
+    cached = list(map(_WORDS.get, words))
+    found = _learned(words) if None in cached else cast("list[tuple[int, ...]]", cached)
     counts = Counter(chain.from_iterable(found))
     length = counts.total()
     if heading:
         counts.update(_heading_terms(heading))
-    # Indices in first-seen order: the index does not need them sorted.
-    norm = K1 * (1 - B + B * length / AVERAGE_TERMS)
-    return list(counts), [n * (K1 + 1) / (n + norm) for n in counts.values()]
+    return counts, K1 * (1 - B + B * length / AVERAGE_TERMS)
 
 
 @functools.lru_cache(maxsize=1 << 10)
@@ -165,24 +178,29 @@ def _distinct_indices(text: str) -> dict[int, None]:
     return dict.fromkeys(i for word in _WORD.findall(_normal(text)) for i in _word_indices(word))
 
 
-#: Term indices of each white-space piece seen (a piece may hold words and punctuation).
-_PIECES: dict[str, tuple[int, ...]] = {}
-#: Past this many pieces the cache starts again (bounded memory on a long run: a
-#: worker's peak RSS stays under 300 MB; a corpus's common pieces come back at once).
-MAX_CACHED_PIECES = 1 << 16
+#: Term indices of each word seen in chunks: the words seen since the cache last turned
+#: over, and those seen in the turn before.
+_WORDS: dict[str, tuple[int, ...]] = {}
+_OLDER_WORDS: dict[str, tuple[int, ...]] = {}
+#: Words a turn holds: memory stays bounded on a long run (a worker's peak RSS stays
+#: under 300 MB), and a word still in use is carried over from the turn before, not
+#: split and hashed again.
+MAX_CACHED_WORDS = 1 << 15
 
 
-def _fill(pieces: list[str], found: list[tuple[int, ...] | None]) -> list[tuple[int, ...]]:
-    """``found`` with the pieces the cache lacked split, hashed and cached."""
-    if len(_PIECES) > MAX_CACHED_PIECES:
-        _PIECES.clear()
-    filled = []
-    for piece, ids in zip(pieces, found, strict=True):
-        if ids is None:
-            words = _WORD.findall(_normal(piece))
-            ids = _PIECES[piece] = tuple(x for w in words for x in _word_indices(w))
-        filled.append(ids)
-    return filled
+def _learned(words: list[str]) -> list[tuple[int, ...]]:
+    """The term indices of each of ``words``, those the cache lacked added to it (only
+    the missing ones are looked at in Python)."""
+    global _WORDS, _OLDER_WORDS
+    missing = set(words).difference(_WORDS)
+    if len(_WORDS) + len(missing) > MAX_CACHED_WORDS:
+        _WORDS, _OLDER_WORDS = {}, _WORDS
+        missing = set(words)
+    older = _OLDER_WORDS.get
+    for word in missing:
+        ids = older(word)
+        _WORDS[word] = _indices_of(word) if ids is None else ids
+    return list(map(_WORDS.__getitem__, words))
 
 
 #: The stored form's version, its first byte: bump it whenever the terms or their weights
@@ -194,11 +212,13 @@ def stored_vector(text: str, heading: str | None = None) -> bytes:
     """:func:`text_vector` as ``chunks.keywords`` keeps it: :data:`STORED_FORMAT`, then the
     indices as little-endian uint32, then the weights as little-endian float32, by index
     (the shard sorts a vector that is not: ~1.4 µs of its upsert a point, here once)."""
-    indices, values = text_vector(text, heading)
-    packed = np.asarray(indices, dtype="<u4")
-    order = packed.argsort()
-    weights = np.asarray(values, dtype="<f4")[order]
-    return bytes((STORED_FORMAT,)) + packed[order].tobytes() + weights.tobytes()
+    counts, norm = _counts(text, heading)
+    size = len(counts)
+    indices = np.fromiter(counts, dtype="<u4", count=size)
+    order = indices.argsort()
+    tfs = np.fromiter(counts.values(), dtype=np.float64, count=size)[order]
+    weights = (tfs * (K1 + 1) / (tfs + norm)).astype("<f4")
+    return bytes((STORED_FORMAT,)) + indices[order].tobytes() + weights.tobytes()
 
 
 def from_stored(data: bytes | None) -> tuple[array.array[int], array.array[float]] | None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from stages.text import keywords
 from stages.text.keywords import (
     AVERAGE_TERMS,
     K1,
@@ -108,3 +111,51 @@ def test_a_vector_stored_in_another_format_or_damaged_is_not_read() -> None:
     assert from_stored(good[:-3]) is None
     empty = from_stored(stored_vector(""))  # no terms: an empty vector
     assert empty is not None and [list(a) for a in empty] == [[], []]
+
+
+def _humps_by_rule(piece: str) -> list[str]:
+    """The hump rule applied letter by letter (what keywords' quick checks must agree
+    with): a capital starts a hump after a letter or digit, where the letter before is
+    lower case or a digit, or the letter after is lower case."""
+    humps, start = [], 0
+    for i in range(1, len(piece)):
+        before, here = piece[i - 1], piece[i]
+        after = piece[i + 1] if i + 1 < len(piece) else ""
+        if (
+            here.isupper()
+            and before.isalnum()
+            and (before.islower() or before.isdigit() or after.islower())
+        ):
+            humps.append(piece[start:i])
+            start = i
+    humps.append(piece[start:])
+    return [h for h in humps if h]
+
+
+@given(st.text(alphabet=st.sampled_from("aZ9_Åß東ǅϒΣσİı") | st.characters(), max_size=10))
+def test_the_hump_split_of_any_piece_is_the_rules(piece: str) -> None:
+    """Words with no capital past the first letter, all capitals or digits skip the
+    letter-by-letter walk; the split is the same in every script (titlecase letters,
+    uncased letters, digits)."""
+    assert keywords._humps(piece) == _humps_by_rule(piece)
+
+
+@given(st.lists(st.text(max_size=40), min_size=1, max_size=30))
+def test_the_word_cache_turning_over_changes_no_vector(texts: list[str]) -> None:
+    """Each text's vector is its terms' BM25 weights whether its words come from a cache
+    that turns over every few words (carried over from the turn before, or computed
+    again) or are computed afresh."""
+    # A turn holds 4 words, or one text's words when it has more.
+    bound = max(4, *(len(set(keywords._WORD.findall(keywords._normal(t)))) for t in texts))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(keywords, "MAX_CACHED_WORDS", 4)
+        patch.setattr(keywords, "_WORDS", {})
+        patch.setattr(keywords, "_OLDER_WORDS", {})
+        for _ in range(2):  # the second time round, partly from the cache
+            for text in texts:
+                counts = Counter(term_index(term) for term in terms(text))
+                norm = K1 * (1 - 0.75 + 0.75 * counts.total() / AVERAGE_TERMS)
+                indices, values = text_vector(text)
+                assert indices == list(counts)
+                assert values == pytest.approx([n * (K1 + 1) / (n + norm) for n in counts.values()])
+                assert len(keywords._WORDS) <= bound
