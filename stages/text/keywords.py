@@ -15,8 +15,8 @@ A chunk's vector is computed once, where the chunk is cut (:func:`stored_vector`
 ``chunks.keywords``), not by the index stage: with the embedded index one process writes
 the shard, so what the index stage spends a point is spent serially, and the vector
 depends only on the chunk's text and heading. The index stage reads it back
-(:func:`from_stored`, under 1 µs a chunk against 55-160 to compute it, by host); a row without one
-(older rows, another format) is computed there as before.
+(:func:`from_stored`, under 1 µs a chunk against 55-160 µs to compute it, by host); a
+row without one (older rows, another format) is computed there as before.
 """
 
 from __future__ import annotations
