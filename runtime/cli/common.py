@@ -105,10 +105,18 @@ def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
 
 
 def parse_ids(values: tuple[str, ...]) -> list[uuid.UUID]:
-    try:
-        return [uuid.UUID(v) for v in values]
-    except ValueError as exc:
-        raise click.BadParameter(f"not a document id: {exc}") from exc
+    """Document ids as given on the command line; one that is not says which, and what
+    an id looks like."""
+    ids: list[uuid.UUID] = []
+    for value in values:
+        try:
+            ids.append(uuid.UUID(value))
+        except ValueError:
+            raise click.BadParameter(
+                f"not a document id: {value[:80]!r} (an id is a UUID, as submit, status "
+                "and search print it)"
+            ) from None
+    return ids
 
 
 def emit(data: Any) -> None:

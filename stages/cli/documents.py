@@ -30,7 +30,7 @@ from runtime.api import (
 from stages.actions import documents as actions
 from stages.actions.documents import Deleted, Reprocessing
 from stages.actions.metadata import check_principals
-from stages.actions.search import MODES, Answers, Mode, filters_of
+from stages.actions.search import MODES, Answers, Filters, Mode, filters_of
 from stages.actions.search import search as run_search
 from stages.cli.filters import filter_options, filters_from
 from stages.cli.models import checked_collection, migrate_model, scope_option
@@ -105,7 +105,7 @@ def search(
         click.echo(json.dumps([{**msgspec.to_builtins(h), **where} for h in found.hits]))
         return
     if not found.hits:
-        click.echo("no results (nothing indexed with this embedding model yet?)", err=True)
+        click.echo(f"no results ({_why_none(within, tenant, caller)})", err=True)
     for h in found.hits:
         text = " ".join(h.text.split())
         # Formats without pages: "p." counts sections, and the section label follows.
@@ -114,6 +114,19 @@ def search(
             f"{h.score:.3f}  {escape_name(h.filename)}  p.{h.page_start}-{h.page_end}"
             f"{section}  {h.document_id}\n    {text[:200]}"
         )
+
+
+def _why_none(within: Filters, tenant: str | None, caller: object) -> str:
+    """What an empty answer most likely means: the filters left nothing, or nothing is
+    indexed yet."""
+    narrowed = [
+        *(["filters"] if within != Filters() else []),
+        *(["--collection"] if tenant is not None else []),
+        *(["--as"] if caller is not None else []),
+    ]
+    if narrowed:
+        return f"no chunk matches the query within {', '.join(narrowed)}"
+    return "nothing indexed with this embedding model yet?"
 
 
 #: ``search -k`` beyond this is a typo, not a question.

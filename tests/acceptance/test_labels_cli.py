@@ -53,10 +53,16 @@ def test_labels_from_ingest_to_search(cli: Cli, dsn: str, tmp_path: Path) -> Non
     assert search("--meta", "team=bakery") == {"sourdough.pdf"}
     assert search("--as", "sailors") == {"lighthouses.pdf"}
     assert search("--as", "chefs") == {"sourdough.pdf", "lighthouses.pdf"}
+    # Nothing within the filters says so, not that nothing is indexed.
+    none = cli.run("search", "the", "--meta", "team=nobody")
+    assert none.code == EXIT_OK and "no chunk matches the query within filters" in none.err, none
 
     # Changed later: no stage runs, the next search sees it.
     doc = str(sql(dsn, "SELECT id::text FROM documents WHERE filename = 'sourdough.pdf'")[0]["id"])
     jobs = sql(dsn, "SELECT count(*) AS n FROM stage_jobs")[0]["n"]
+    # A file name is not an id: refused in one line that names it, nothing changed.
+    named = cli.run("metadata", "sourdough.pdf", "--set", "year=2024")
+    assert named.code == EXIT_USAGE and "not a document id: 'sourdough.pdf'" in named.err, named
     shown = cli.run("metadata", doc, "--set", "year=2024", "--everyone", "--json")
     assert shown.code == EXIT_OK, shown
     assert shown.json()[doc] == {"metadata": {"team": "bakery", "year": "2024"}, "readers": None}
