@@ -55,6 +55,8 @@ if TYPE_CHECKING:
         Pool,
         cancel_document_jobs,
         enqueue_jobs,
+        in_transaction,
+        lock_document_jobs,
         retry_failed_jobs,
         to_struct,
     )

@@ -10,7 +10,14 @@ import asyncpg
 import msgspec
 
 import schema
-from runtime.jobs.postgres import Conn, JobRepository, Pool, to_struct
+from runtime.jobs.postgres import (
+    Conn,
+    JobRepository,
+    Pool,
+    in_transaction,
+    lock_document_jobs,
+    to_struct,
+)
 from runtime.models import Document, DocumentStatus, NewDocument, NewJob
 
 D = schema.load("documents")
@@ -74,7 +81,9 @@ class DocumentRepository:
         Live jobs of older generations are cancelled; a worker still running one loses
         its lease token and commits nothing. Checkpoints of earlier stages stay.
         """
-        async with self.pool.acquire() as conn, conn.transaction():
+
+        async def body(conn: Conn) -> int | None:
+            await lock_document_jobs(conn, document_id)
             generation = await conn.fetchval(D["start_generation"], document_id, from_stage, True)
             if generation is None:
                 return None
@@ -88,15 +97,21 @@ class DocumentRepository:
             await self.jobs.enqueue([job], conn=conn)
             return int(generation)
 
+        return await in_transaction(self.pool, body)
+
     async def retire(self, document_id: uuid.UUID) -> bool:
         """Stop a document that is about to be deleted: a new generation with no job, its
         live jobs cancelled (a worker running one commits nothing). False: no document."""
-        async with self.pool.acquire() as conn, conn.transaction():
+
+        async def body(conn: Conn) -> bool:
+            await lock_document_jobs(conn, document_id)
             generation = await conn.fetchval(D["retire_document"], document_id)
             if generation is None:
                 return False
             await self.jobs.cancel_document_jobs(document_id, generation, conn=conn)
             return True
+
+        return await in_transaction(self.pool, body)
 
     async def get(self, document_id: uuid.UUID) -> Document | None:
         row = await self.pool.fetchrow(D["get_document"], document_id)

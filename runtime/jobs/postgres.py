@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeAlias, TypeVar
 
@@ -38,6 +38,7 @@ W = schema.load("workers")
 Conn: TypeAlias = DbConn
 Pool: TypeAlias = "asyncpg.Pool[Any]"
 S = TypeVar("S", bound=msgspec.Struct)
+T = TypeVar("T")
 
 
 def to_struct(kind: type[S], record: asyncpg.Record, skip: frozenset[str] = frozenset()) -> S:
@@ -268,6 +269,34 @@ async def enqueue_jobs(db: Pool | Conn, jobs: Sequence[NewJob], now: datetime | 
         contexts_for(jobs),
     )
     return int(row["added"]) if row else 0
+
+
+async def lock_document_jobs(conn: Conn, document_id: uuid.UUID) -> None:
+    """Lock the document's live jobs, first in a transaction that then updates the
+    document's row and cancels its jobs: the order in which a worker completing one of
+    them takes the two (the named query says why)."""
+    await conn.execute(Q["lock_document_jobs"], document_id)
+
+
+#: How often a short transaction that PostgreSQL aborted as a deadlock's victim, or for a
+#: serialization failure, is run again.
+TRANSACTION_ATTEMPTS = 3
+
+
+async def in_transaction(pool: Pool, body: Callable[[Conn], Awaitable[T]]) -> T:
+    """``body`` in a transaction on a pooled connection, run again (up to
+    :data:`TRANSACTION_ATTEMPTS` times) when PostgreSQL aborts it as a deadlock's victim
+    or for a serialization failure: both say the same transaction may well succeed now.
+    (Jobs locked before their document, as above, leave one such race: a job queued and
+    finished between the lock and the cancel.)"""
+    for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
+        try:
+            async with pool.acquire() as conn, conn.transaction():
+                return await body(conn)
+        except (asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.SerializationError):
+            if attempt == TRANSACTION_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def cancel_document_jobs(

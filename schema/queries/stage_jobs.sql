@@ -263,6 +263,18 @@ WITH added AS (
 SELECT (SELECT count(*) FROM added) AS added,
        (SELECT count(pg_notify('ragline_jobs', stage)) FROM woken) AS notified;
 
+-- name: lock_document_jobs
+-- Lock a document's live jobs, in id order, before its own row: completing or failing a
+-- job locks the job, then its document (complete_and_claim, retry_or_fail_job), so a
+-- transaction that updates the document and then cancels its jobs (reprocess, delete, a
+-- new version) takes them in the same order here, or each waits for the other until
+-- PostgreSQL aborts one. A job this waits for, once finished, is skipped.
+-- $1 document id
+SELECT id FROM stage_jobs
+WHERE document_id = $1 AND state IN ('queued', 'running')
+ORDER BY id
+FOR UPDATE;
+
 -- name: cancel_document_jobs
 -- Cancel a document's live jobs of generations before $2 (reprocess, delete).
 -- $1 document id, $2 generation

@@ -23,6 +23,8 @@ from runtime.api import (
     Pool,
     cancel_document_jobs,
     enqueue_jobs,
+    in_transaction,
+    lock_document_jobs,
     to_struct,
 )
 
@@ -195,7 +197,9 @@ async def new_version(
     transaction: the old version's objects recorded as superseded, its live jobs
     cancelled (a worker running one commits nothing), the first job queued. Its points
     stay searchable until the new generation's index job replaces them."""
-    async with pool.acquire() as conn, conn.transaction():
+
+    async def body(conn: DbConn) -> int:
+        await lock_document_jobs(conn, doc.id)
         row = await conn.fetchrow(
             Q["new_version"],
             doc.id,
@@ -218,16 +222,22 @@ async def new_version(
         await enqueue_jobs(conn, [job])
         return generation
 
+    return await in_transaction(pool, body)
+
 
 async def retire(pool: Pool, source: Source, document_id: uuid.UUID) -> bool:
     """Stop a deleted file's document: a new generation without a job (live jobs are
     cancelled). False when it is not (any more) a document of this source."""
-    async with pool.acquire() as conn, conn.transaction():
+
+    async def body(conn: DbConn) -> bool:
+        await lock_document_jobs(conn, document_id)
         generation = await conn.fetchval(Q["retire_document"], document_id, source.id)
         if generation is None:
             return False
         await cancel_document_jobs(conn, document_id, generation)
         return True
+
+    return await in_transaction(pool, body)
 
 
 async def bury(pool: Pool, source: Source, document_id: uuid.UUID) -> None:

@@ -13,11 +13,12 @@ import pytest
 
 from runtime.db.connect import prime_codecs
 from runtime.jobs.documents import DocumentRepository
-from runtime.jobs.postgres import JobRepository
+from runtime.jobs.postgres import TRANSACTION_ATTEMPTS, JobRepository, in_transaction
 from runtime.jobs.store import Claim
 from runtime.models import DocumentStatus, Failure, Job, JobState, NewDocument
 from runtime.stage import DbConn
 from tests.support.notify import Heard, listening
+from tests.support.waits import wait_until
 
 #: The engine runs on uvloop and on plain asyncio alike.
 pytestmark = [pytest.mark.anyio, pytest.mark.both_backends]
@@ -383,6 +384,85 @@ async def test_reprocess_cancels_old_generation(
     ]
     doc = await docs.get(doc_id)
     assert doc is not None and doc.generation == 2 and doc.stage == "chunk"
+
+
+LOCK_WAITERS_SQL = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock'
+"""
+
+
+@pytest.mark.parametrize("change", ["reprocess", "retire"])
+async def test_a_new_generation_locks_the_jobs_before_the_document(
+    docs: DocumentRepository, pool: asyncpg.Pool[Any], change: str
+) -> None:
+    """Completing or failing a job locks the job, then its document (one statement). A
+    reprocess or a delete, run while that statement holds the job, must wait for the job
+    before it locks the document: locking the document first and then cancelling the job
+    is the other order, and PostgreSQL aborts one of the two as a deadlock."""
+    doc_id = await submit(docs)
+    [job] = await docs.jobs.document_jobs(doc_id)
+    done: list[object] = []
+
+    async def run_change() -> None:
+        if change == "reprocess":
+            done.append(await docs.reprocess(doc_id, "chunk"))
+        else:
+            done.append(await docs.retire(doc_id))
+
+    async def blocked() -> bool:
+        return bool(await pool.fetchval(LOCK_WAITERS_SQL))
+
+    async with anyio.create_task_group() as tg, pool.acquire() as conn:
+        completion = conn.transaction()
+        await completion.start()
+        # The completion's order: the job's row, then the document's.
+        await conn.execute("SELECT id FROM stage_jobs WHERE id = $1 FOR UPDATE", job.id)
+        tg.start_soon(run_change)
+        await wait_until(blocked, what=f"{change} to wait for the held job")
+        # The change holds no lock on the document while it waits (NOWAIT: else this
+        # fails at once rather than deadlocking).
+        await conn.execute(
+            "SELECT id FROM documents WHERE id = $1 FOR NO KEY UPDATE NOWAIT", doc_id
+        )
+        await conn.execute("UPDATE documents SET updated_at = now() WHERE id = $1", doc_id)
+        await completion.commit()
+    assert done == [2 if change == "reprocess" else True]
+    states = {(j.stage, j.generation): j.state for j in await docs.jobs.document_jobs(doc_id)}
+    assert states[("parse", 1)] == JobState.CANCELLED
+
+
+async def test_a_short_transaction_aborted_as_a_deadlock_victim_runs_again(
+    pool: asyncpg.Pool[Any],
+) -> None:
+    """What PostgreSQL aborts as a deadlock's victim is rolled back and run again, at most
+    TRANSACTION_ATTEMPTS times; what each attempt wrote before the abort is gone."""
+    name = f"t_{uuid.uuid4().hex}"
+    await pool.execute(f"CREATE TABLE {name} (n int)")
+    attempts: list[int] = []
+
+    async def body(conn: DbConn) -> int:
+        attempts.append(len(attempts) + 1)
+        await conn.execute(f"INSERT INTO {name} VALUES ($1)", attempts[-1])
+        if len(attempts) < TRANSACTION_ATTEMPTS:
+            raise asyncpg.exceptions.DeadlockDetectedError("deadlock detected")
+        return attempts[-1]
+
+    try:
+        assert await in_transaction(pool, body) == TRANSACTION_ATTEMPTS
+        rows = [r["n"] for r in await pool.fetch(f"SELECT n FROM {name}")]
+        assert rows == [TRANSACTION_ATTEMPTS]
+        attempts.clear()
+
+        async def always(conn: DbConn) -> int:
+            attempts.append(1)
+            raise asyncpg.exceptions.DeadlockDetectedError("deadlock detected")
+
+        with pytest.raises(asyncpg.exceptions.DeadlockDetectedError):
+            await in_transaction(pool, always)
+        assert len(attempts) == TRANSACTION_ATTEMPTS
+    finally:
+        await pool.execute(f"DROP TABLE {name}")
 
 
 async def test_enqueue_is_idempotent_per_live_stage(

@@ -105,6 +105,8 @@ INTERACTIVE: list[tuple[str, str, list[Any]]] = [
     ("stage_jobs", "retry_failed", [None, "permanent", None]),
     ("stage_jobs", "retry_failed", ["embed", None, None]),
     ("documents", "delete_documents", [ANY_DOCS]),
+    ("stage_jobs", "lock_document_jobs", [ANY_DOC]),
+    ("stage_jobs", "cancel_document_jobs", [ANY_DOC, 2]),
     ("sources", "source_documents", [1]),
     ("sources", "same_size_documents", ["default", [1000, 2000]]),
     ("sources", "source_unfinished", [1]),
