@@ -54,9 +54,8 @@ if TYPE_CHECKING:
     from runtime.jobs.postgres import (
         Pool,
         cancel_document_jobs,
+        document_transaction,
         enqueue_jobs,
-        in_transaction,
-        lock_document_jobs,
         retry_failed_jobs,
         to_struct,
     )

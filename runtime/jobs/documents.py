@@ -14,8 +14,7 @@ from runtime.jobs.postgres import (
     Conn,
     JobRepository,
     Pool,
-    in_transaction,
-    lock_document_jobs,
+    document_transaction,
     to_struct,
 )
 from runtime.models import Document, DocumentStatus, NewDocument, NewJob
@@ -83,7 +82,6 @@ class DocumentRepository:
         """
 
         async def body(conn: Conn) -> int | None:
-            await lock_document_jobs(conn, document_id)
             generation = await conn.fetchval(D["start_generation"], document_id, from_stage, True)
             if generation is None:
                 return None
@@ -97,21 +95,20 @@ class DocumentRepository:
             await self.jobs.enqueue([job], conn=conn)
             return int(generation)
 
-        return await in_transaction(self.pool, body)
+        return await document_transaction(self.pool, document_id, body)
 
     async def retire(self, document_id: uuid.UUID) -> bool:
         """Stop a document that is about to be deleted: a new generation with no job, its
         live jobs cancelled (a worker running one commits nothing). False: no document."""
 
         async def body(conn: Conn) -> bool:
-            await lock_document_jobs(conn, document_id)
             generation = await conn.fetchval(D["retire_document"], document_id)
             if generation is None:
                 return False
             await self.jobs.cancel_document_jobs(document_id, generation, conn=conn)
             return True
 
-        return await in_transaction(self.pool, body)
+        return await document_transaction(self.pool, document_id, body)
 
     async def get(self, document_id: uuid.UUID) -> Document | None:
         row = await self.pool.fetchrow(D["get_document"], document_id)

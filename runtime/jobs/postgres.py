@@ -8,6 +8,7 @@ the pool. Every ``now`` parameter pins the database clock for tests (``None``: s
 
 from __future__ import annotations
 
+import contextlib
 import random
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -271,32 +272,41 @@ async def enqueue_jobs(db: Pool | Conn, jobs: Sequence[NewJob], now: datetime | 
     return int(row["added"]) if row else 0
 
 
-async def lock_document_jobs(conn: Conn, document_id: uuid.UUID) -> None:
-    """Lock the document's live jobs, first in a transaction that then updates the
-    document's row and cancels its jobs: the order in which a worker completing one of
-    them takes the two (the named query says why)."""
-    await conn.execute(Q["lock_document_jobs"], document_id)
-
-
 #: How often a short transaction that PostgreSQL aborted as a deadlock's victim, or for a
 #: serialization failure, is run again.
 TRANSACTION_ATTEMPTS = 3
+_RETRIED = (asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.SerializationError)
 
 
 async def in_transaction(pool: Pool, body: Callable[[Conn], Awaitable[T]]) -> T:
     """``body`` in a transaction on a pooled connection, run again (up to
     :data:`TRANSACTION_ATTEMPTS` times) when PostgreSQL aborts it as a deadlock's victim
-    or for a serialization failure: both say the same transaction may well succeed now.
-    (Jobs locked before their document, as above, leave one such race: a job queued and
-    finished between the lock and the cancel.)"""
-    for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
-        try:
-            async with pool.acquire() as conn, conn.transaction():
-                return await body(conn)
-        except (asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.SerializationError):
-            if attempt == TRANSACTION_ATTEMPTS:
-                raise
-    raise AssertionError("unreachable")
+    or for a serialization failure: both say the same transaction may well succeed now."""
+    for _ in range(TRANSACTION_ATTEMPTS - 1):
+        with contextlib.suppress(*_RETRIED):
+            return await _once(pool, body)
+    return await _once(pool, body)
+
+
+async def _once(pool: Pool, body: Callable[[Conn], Awaitable[T]]) -> T:
+    async with pool.acquire() as conn, conn.transaction():
+        return await body(conn)
+
+
+async def document_transaction(
+    pool: Pool, document_id: uuid.UUID, body: Callable[[Conn], Awaitable[T]]
+) -> T:
+    """``body``, which updates the document's row and cancels its jobs (a new generation),
+    in :func:`in_transaction` after the document's live jobs are locked: the order in which
+    a worker completing one of them takes the two (``lock_document_jobs`` says why). The
+    one race left, a job queued and finished between the lock and the cancel, is the
+    deadlock that ``in_transaction`` runs again."""
+
+    async def locked(conn: Conn) -> T:
+        await conn.execute(Q["lock_document_jobs"], document_id)
+        return await body(conn)
+
+    return await in_transaction(pool, locked)
 
 
 async def cancel_document_jobs(

@@ -22,9 +22,8 @@ from runtime.api import (
     NewJob,
     Pool,
     cancel_document_jobs,
+    document_transaction,
     enqueue_jobs,
-    in_transaction,
-    lock_document_jobs,
     to_struct,
 )
 
@@ -199,7 +198,6 @@ async def new_version(
     stay searchable until the new generation's index job replaces them."""
 
     async def body(conn: DbConn) -> int:
-        await lock_document_jobs(conn, doc.id)
         row = await conn.fetchrow(
             Q["new_version"],
             doc.id,
@@ -222,7 +220,7 @@ async def new_version(
         await enqueue_jobs(conn, [job])
         return generation
 
-    return await in_transaction(pool, body)
+    return await document_transaction(pool, doc.id, body)
 
 
 async def retire(pool: Pool, source: Source, document_id: uuid.UUID) -> bool:
@@ -230,14 +228,13 @@ async def retire(pool: Pool, source: Source, document_id: uuid.UUID) -> bool:
     cancelled). False when it is not (any more) a document of this source."""
 
     async def body(conn: DbConn) -> bool:
-        await lock_document_jobs(conn, document_id)
         generation = await conn.fetchval(Q["retire_document"], document_id, source.id)
         if generation is None:
             return False
         await cancel_document_jobs(conn, document_id, generation)
         return True
 
-    return await in_transaction(pool, body)
+    return await document_transaction(pool, document_id, body)
 
 
 async def bury(pool: Pool, source: Source, document_id: uuid.UUID) -> None:
