@@ -525,7 +525,8 @@ async def keyword_side_rounds(
         ensure_shard(shard, ZeroEmbedder().dimensions, keywords=keywords)
         run = await index_run(dsn, cmd, log, ids)
         us = max(run.cpu_s - idle_cpu_s, 0.0) / points * 1e6
-        print(f"  {'with keywords' if keywords else 'dense only'}: {us:.1f} µs a point", flush=True)
+        side = "with keywords" if keywords else "dense only"
+        print(f"  {side}: {us:.1f} µs a point, peak RSS {run.max_rss_mb:.0f} MB", flush=True)
         best[keywords] = min(best.get(keywords, us), us)
     ratio = best[True] / best[False]
     print(

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     )
     from runtime.cli.options import WorkerOptions, env_option, worker_config
     from runtime.db.connect import open_pool
-    from runtime.db.errors import CONNECTION_ERRORS, is_storage_full
+    from runtime.db.errors import CONNECTION_ERRORS, is_database_unreachable, is_storage_full
     from runtime.db.migrate import pending
     from runtime.errors import (
         ConfigurationError,

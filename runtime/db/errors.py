@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import socket
+from types import TracebackType
 
 import asyncpg
 
@@ -33,6 +35,51 @@ class DeadPeer(DatabaseUnavailable, TimeoutError):
 
 def is_connection_error(exc: BaseException) -> bool:
     return isinstance(exc, CONNECTION_ERRORS)
+
+
+#: Errors that say PostgreSQL itself is out of reach, whatever raised them.
+_UNREACHABLE: tuple[type[BaseException], ...] = (
+    DatabaseUnavailable,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.TooManyConnectionsError,
+)
+#: Errors that say so only when the database client raised them: a refused or reset
+#: socket, a name that did not resolve, a connect or pool wait that timed out. The same
+#: types from a file (a missing path, a full disk) are not the database's.
+_UNREACHABLE_FROM_CLIENT: tuple[type[BaseException], ...] = (
+    ConnectionError,
+    FileNotFoundError,  # a Unix socket's file, gone while the server restarts
+    socket.gaierror,
+    TimeoutError,
+)
+
+
+def is_database_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it was raised from) means PostgreSQL could not be
+    reached or dropped the connection, so that the same request may well succeed when
+    asked again: narrower than :data:`CONNECTION_ERRORS`, which include every OSError."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, _UNREACHABLE):
+            return True
+        if isinstance(current, _UNREACHABLE_FROM_CLIENT) and _raised_in_asyncpg(
+            current.__traceback__
+        ):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _raised_in_asyncpg(tb: TracebackType | None) -> bool:
+    while tb is not None:
+        if str(tb.tb_frame.f_globals.get("__name__", "")).startswith("asyncpg"):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 #: errno values meaning "no space": the device is full, or the user's quota is.

@@ -14,11 +14,15 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 
+from runtime.api import is_database_unreachable
 from stages.ports.http import Problem as Problem
 
 log = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
+#: Seconds a client is told to wait when PostgreSQL is out of reach: about what a
+#: restarting server, or the embedded one coming back under its supervisor, takes.
+DATABASE_RETRY_AFTER_S = 2
 
 
 class ApiError(HTTPException):
@@ -51,7 +55,7 @@ MEANINGS: dict[int, str] = {
     413: "the body is over the route's limit",
     415: "a body of a type the route does not take",
     422: "an Idempotency-Key used before for another request",
-    503: "not ready",
+    503: "not ready, or the database out of reach (with Retry-After)",
 }
 
 
@@ -88,5 +92,15 @@ def _first_problem(extra: Any) -> str:
 
 def on_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:
     # Logged with its type only: an exception's text may quote a connection string.
-    log.error("%s %s failed: %s", request.method, request.url.path, type(exc).__name__)
+    what = type(exc).__name__
+    if is_database_unreachable(exc):
+        # Asking again is safe: an upload of the same bytes finds the document it made,
+        # and the other writes set a state rather than add one.
+        log.warning("%s %s: database unavailable (%s)", request.method, request.url.path, what)
+        return problem_response(
+            503,
+            "database unavailable; try again shortly",
+            {"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+        )
+    log.error("%s %s failed: %s", request.method, request.url.path, what)
     return problem_response(500, "internal error; the server log has the details")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -16,7 +15,7 @@ from bench.harness.cli import Cli
 from bench.harness.db import Databases, sql
 from bench.harness.procs import wait_for
 from runtime.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from tests.support.tcp_proxy import TcpProxy
+from tests.support.tcp_proxy import TcpProxy, through, upstream
 
 
 @pytest.mark.parametrize(
@@ -38,19 +37,8 @@ def test_refused_with_one_line(
     assert "Traceback" not in result.err
 
 
-def through(proxy: TcpProxy, dsn: str) -> str:
-    parts = urlsplit(dsn)
-    netloc = (
-        f"{parts.username}@127.0.0.1:{proxy.port}" if parts.username else f"127.0.0.1:{proxy.port}"
-    )
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def test_ctrl_c_during_a_database_outage_exits_130(dsn: str, tmp_path: Path) -> None:
-    parts = urlsplit(dsn)
-    if parts.hostname is None:
-        pytest.skip("the test's PostgreSQL is reached over a Unix socket: nothing to proxy")
-    with TcpProxy((parts.hostname, parts.port or 5432)) as proxy:
+    with TcpProxy(upstream(dsn)) as proxy:
         cli = Cli(through(proxy, dsn), tmp_path / "data", tmp_path / "logs")
         running = cli.start("ingest", "samples/", log_level="info", RAGLINE_GRACE_S="1")
         try:

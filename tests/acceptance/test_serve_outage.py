@@ -1,0 +1,81 @@
+"""The HTTP API through a database outage: a request that finds PostgreSQL out of reach
+is answered 503 with ``Retry-After`` (not 500), the server lives on and serves again once
+the database is back, and the project's client, which asks again after a 503, rides the
+outage out. A real TCP proxy stands between the server and PostgreSQL, cut and resumed.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench.harness.cli import Cli
+from bench.harness.procs import wait_for
+from bench.harness.serve import Server, running_server
+from stages.client import Client
+from stages.serve.problems import DATABASE_RETRY_AFTER_S
+from tests.support.tcp_proxy import TcpProxy, through, upstream
+
+SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "tides.md"
+UNAVAILABLE = "database unavailable; try again shortly"
+
+
+@pytest.fixture
+def proxied(dsn: str, tmp_path: Path) -> Iterator[tuple[TcpProxy, Server]]:
+    with TcpProxy(upstream(dsn)) as proxy:
+        cli = Cli(through(proxy, dsn), tmp_path / "data", tmp_path / "logs")
+        with running_server(cli) as server:
+            yield proxy, server
+
+
+def upload(http: httpx.Client, path: Path) -> httpx.Response:
+    disposition = {"Content-Disposition": f'attachment; filename="{path.name}"'}
+    return http.post("/v1/documents", content=path.read_bytes(), headers=disposition)
+
+
+def test_a_request_during_an_outage_is_503_with_retry_after(
+    proxied: tuple[TcpProxy, Server],
+) -> None:
+    proxy, server = proxied
+    with server.client() as http:
+        assert http.get("/v1/documents").status_code == 200
+        proxy.cut()
+        answers = {
+            "list": http.get("/v1/documents"),
+            "read": http.get(f"/v1/documents/{uuid.uuid4()}"),
+            "search": http.get("/v1/search", params={"q": "tides"}),
+            "upload": upload(http, SAMPLE),
+        }
+        for door, r in answers.items():
+            assert r.status_code == 503, (door, r.status_code, r.text)
+            assert r.headers["retry-after"] == str(DATABASE_RETRY_AFTER_S), door
+            assert r.json()["detail"] == UNAVAILABLE, door
+        proxy.resume()
+        wait_for(lambda: http.get("/v1/documents").status_code == 200, 30, "the database back")
+        accepted = upload(http, SAMPLE)
+        assert accepted.status_code == 202 and accepted.json()["created"], accepted.text
+    assert server.proc.poll() is None
+    output = server.output()
+    assert "database unavailable (" in output, output[-3000:]
+    assert "Traceback" not in output and " failed: " not in output, output[-3000:]
+
+
+def test_the_client_rides_out_an_outage(proxied: tuple[TcpProxy, Server]) -> None:
+    proxy, server = proxied
+    with Client(server.url) as client:
+        proxy.cut()
+        back = threading.Timer(2 * DATABASE_RETRY_AFTER_S, proxy.resume)
+        back.start()
+        try:
+            accepted = client.upload(SAMPLE)
+        finally:
+            back.join()
+        assert client.get(accepted.id).filename == SAMPLE.name
+        assert [d.id for d in client.documents()] == [accepted.id]
+    # The upload met the outage (and was answered 503) before it went through.
+    assert "POST /v1/documents: database unavailable (" in server.output()
