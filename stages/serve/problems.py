@@ -7,7 +7,9 @@ the client and never carries a token, a database URL or a traceback.
 from __future__ import annotations
 
 import logging
+import traceback
 from http import HTTPStatus
+from pathlib import PurePath
 from typing import Any
 
 from litestar import Request, Response
@@ -102,5 +104,25 @@ def on_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[P
             "database unavailable; try again shortly",
             {"Retry-After": str(DATABASE_RETRY_AFTER_S)},
         )
-    log.error("%s %s failed: %s", request.method, request.url.path, what)
+    log.error("%s %s failed: %s at %s", request.method, request.url.path, what, raised_at(exc))
     return problem_response(500, "internal error; the server log has the details")
+
+
+#: Directories a logged frame's path is shortened to (the first one in it).
+_ROOTS = ("site-packages", "stages", "runtime", "tests", "bench")
+
+
+def raised_at(exc: BaseException, frames: int = 3) -> str:
+    """Where ``exc`` was raised, innermost frame first (``stages/db/search.py:88 in
+    hits < ...``): code locations only, never the error's text or a variable's value."""
+    stack = traceback.extract_tb(exc.__traceback__)[-frames:]
+    return " < ".join(f"{_short(f.filename)}:{f.lineno} in {f.name}" for f in reversed(stack))
+
+
+def _short(filename: str) -> str:
+    parts = PurePath(filename).parts
+    for i in range(len(parts)):
+        if parts[i] in _ROOTS:
+            start = i + 1 if parts[i] == "site-packages" else i
+            return "/".join(parts[start:])
+    return "/".join(parts[-2:])
