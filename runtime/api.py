@@ -27,10 +27,10 @@ if TYPE_CHECKING:
         App,
         guarded,
         json_option,
-        parse_ids,
         run_async,
     )
     from runtime.cli.options import WorkerOptions, env_option, worker_config
+    from runtime.cli.refs import DocumentRef, parse_refs, resolve_refs
     from runtime.db.connect import open_pool
     from runtime.db.errors import CONNECTION_ERRORS, is_database_unreachable, is_storage_full
     from runtime.db.migrate import pending

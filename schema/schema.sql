@@ -503,3 +503,6 @@ CREATE INDEX model_migration_documents_document ON model_migration_documents (do
 -- sync's planning looks up the collection's documents as large as a new file (only those
 -- files are hashed): by collection alone that read the whole collection per sync.
 CREATE INDEX documents_size ON documents (collection, byte_size);
+
+-- The CLI finds a document by its file name where it takes an id (0025).
+CREATE INDEX documents_filename ON documents (filename, collection);

@@ -24,9 +24,9 @@ from runtime.cli.common import (
     fail,
     guarded,
     json_option,
-    parse_ids,
     run_async,
 )
+from runtime.cli.refs import parse_refs, resolve_refs
 from runtime.db.connect import ensure_schema, open_pool
 from runtime.db.errors import is_storage_full
 from runtime.errors import DatabaseUnavailable
@@ -173,23 +173,25 @@ def print_timeline(t: Timeline) -> None:
 def status(app: App, document: str | None, as_json: bool) -> None:
     """Per stage: queued, backing off, running, failed, oldest ages, live workers.
 
-    With a DOCUMENT id: its timeline (stage, attempts, durations, errors) and why it waits.
+    With a DOCUMENT (its id, or its file name when that is one document's): its timeline
+    (stage, attempts, durations, errors) and why it waits.
     """
-    doc_id = parse_ids((document,))[0] if document else None
+    refs = parse_refs((document,)) if document else []
 
     notes_of = app.plugin.status_notes
 
-    async def go(dsn: str) -> tuple[Any, list[str]]:
+    async def go(dsn: str) -> tuple[uuid.UUID | None, Any, list[str]]:
         async with open_pool(dsn) as pool:
+            [doc_id] = await resolve_refs(pool, refs) if refs else [None]
             notes = await notes_of(pool, doc_id) if notes_of is not None else []
             if doc_id is None:
-                return await stage_table(pool, app.plugin.stage_names), notes
+                return None, await stage_table(pool, app.plugin.stage_names), notes
             found = await timeline(pool, doc_id)
             if found is not None:
                 found.notes = notes
-            return found, notes
+            return doc_id, found, notes
 
-    result, notes = guarded(lambda: read_database(app, lambda dsn: run_async(go, dsn)))
+    doc_id, result, notes = guarded(lambda: read_database(app, lambda dsn: run_async(go, dsn)))
     if doc_id is not None and result is None:
         for note in notes:  # e.g. a tombstone: deleted from its source
             click.echo(note)
@@ -249,12 +251,14 @@ def retry(
 ) -> None:
     """Requeue failed documents at the stage that failed, with a fresh attempt budget.
 
-    Without filters, every failed document. Exit 0 when something was requeued.
+    DOCUMENTS: ids, or file names that are one document's each. Without filters, every
+    failed document. Exit 0 when something was requeued.
     """
-    ids = parse_ids(documents) or None
+    refs = parse_refs(documents)
 
     async def go(dsn: str) -> list[tuple[uuid.UUID, str]]:
         async with open_pool(dsn) as pool:
+            ids = await resolve_refs(pool, refs) or None
             return await JobRepository(pool).retry_failed(stage, error_kind, ids)
 
     requeued = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))

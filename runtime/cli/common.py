@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import sys
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -102,21 +101,6 @@ def quiet_connection_errors(loop: asyncio.AbstractEventLoop, context: dict[str, 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
     click.echo(f"ragline: {message}", err=True)
     sys.exit(code)
-
-
-def parse_ids(values: tuple[str, ...]) -> list[uuid.UUID]:
-    """Document ids as given on the command line; one that is not says which, and what
-    an id looks like."""
-    ids: list[uuid.UUID] = []
-    for value in values:
-        try:
-            ids.append(uuid.UUID(value))
-        except ValueError:
-            raise click.BadParameter(
-                f"not a document id: {value[:80]!r} (an id is a UUID, as submit, status "
-                "and search print it)"
-            ) from None
-    return ids
 
 
 def emit(data: Any) -> None:

@@ -121,6 +121,14 @@ class DocumentRepository:
         row = await self.pool.fetchrow(D["find_document_by_sha256"], sha256, collection)
         return _document(row) if row else None
 
+    async def named(
+        self, filename: str, collection: str | None = None, limit: int = 10
+    ) -> list[tuple[uuid.UUID, str]]:
+        """The documents (id, collection) whose file name is ``filename``, in
+        ``collection`` if given, oldest first, at most ``limit``."""
+        rows = await self.pool.fetch(D["documents_named"], filename, collection, limit)
+        return [(r["id"], r["collection"]) for r in rows]
+
     async def delete(self, ids: Sequence[uuid.UUID], conn: Conn | None = None) -> list[uuid.UUID]:
         rows = await (conn or self.pool).fetch(D["delete_documents"], list(ids))
         return [r["id"] for r in rows]

@@ -70,6 +70,15 @@ SELECT count(*) FROM documents WHERE id = ANY($1::uuid[]) AND status IN ('ready'
 -- $1 collection
 SELECT id FROM documents WHERE $1::text IS NULL OR collection = $1 ORDER BY created_at, id;
 
+-- name: documents_named
+-- The documents of a file name (of one collection, or of all when $2 is NULL), oldest
+-- first, at most $3: the CLI takes a name where it takes an id when it is one document's.
+-- $1 filename, $2 collection, $3 limit
+SELECT id, collection FROM documents
+WHERE filename = $1 AND ($2::text IS NULL OR collection = $2)
+ORDER BY created_at, id
+LIMIT $3;
+
 -- name: documents_after
 -- The next page of documents oldest first, after a cursor (the last row of the page
 -- before): verify's walk, a page in memory at a time. Of one collection, or all.

@@ -24,7 +24,8 @@ from runtime.api import (
     guarded,
     json_option,
     open_pool,
-    parse_ids,
+    parse_refs,
+    resolve_refs,
     run_async,
 )
 from stages.actions import documents as actions
@@ -178,11 +179,13 @@ def reprocess(
     as_json: bool,
 ) -> None:
     """Run documents again from a stage: bumps their generation, cancels live jobs of the
-    old one and reuses the checkpoints of the stages before it."""
+    old one and reuses the checkpoints of the stages before it.
+
+    DOCUMENTS: ids, or file names that are one document's each (of --collection)."""
     app: App = ctx.obj
-    ids = parse_ids(documents)
-    if sum(bool(x) for x in (ids, all_docs, model)) != 1:
-        raise click.UsageError("give document ids, --all or --model (one of them)")
+    refs = parse_refs(documents)
+    if sum(bool(x) for x in (refs, all_docs, model)) != 1:
+        raise click.UsageError("give documents (ids or file names), --all or --model (one of them)")
     if model and from_stage == "embed":
         ctx.invoke(migrate_model, model=model, as_json=as_json)
         return
@@ -190,6 +193,7 @@ def reprocess(
 
     async def go(dsn: str) -> Reprocessing:
         async with open_pool(dsn) as pool:
+            ids = await resolve_refs(pool, refs, tenant)
             return await actions.reprocess(
                 pool, from_stage, ids=ids, every=all_docs, missing_model=model, collection=tenant
             )
@@ -212,13 +216,17 @@ def reprocess(
 @click.pass_obj
 def delete(app: App, documents: tuple[str, ...], collection: str | None, as_json: bool) -> None:
     """Delete documents: their rows, stored files and points in the vector index (with
-    --collection, only documents of that collection; others count as not found)."""
-    ids = parse_ids(documents)
+    --collection, only documents of that collection; others count as not found).
+
+    DOCUMENTS: ids, or file names that are one document's each (a name that is several
+    documents' is refused, with their ids)."""
+    refs = parse_refs(documents)
     tenant = None if collection is None else checked_collection(collection)
 
     async def go(dsn: str) -> Deleted:
         services = services_for(app.build_context())
         async with services.lifespan(), open_pool(dsn) as pool:
+            ids = await resolve_refs(pool, refs, tenant)
             return await actions.delete(pool, services, ids, collection=tenant)
 
     result = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
@@ -311,10 +319,12 @@ def metadata_cmd(
     """Show or change what is said about documents: their metadata (the key/values search
     filters on with --meta) and their readers (who may read them). Both live in
     PostgreSQL only: a change re-embeds nothing and writes nothing to the index; the next
-    search sees it."""
+    search sees it.
+
+    DOCUMENTS: ids, or file names that are one document's each (of --collection)."""
     from stages.actions import metadata as about
 
-    ids = parse_ids(documents)
+    refs = parse_refs(documents)
     tenant = None if collection is None else checked_collection(collection)
     if readers is not None and everyone:
         raise click.UsageError("give --readers or --everyone, not both")
@@ -322,8 +332,9 @@ def metadata_cmd(
     values.update(dict.fromkeys(keys))
     names = None if readers is None else [r.strip() for r in readers.split(",") if r.strip()]
 
-    async def go(dsn: str) -> dict[Any, Any]:
+    async def go(dsn: str) -> tuple[list[Any], dict[Any, Any]]:
         async with open_pool(dsn) as pool:
+            ids = await resolve_refs(pool, refs, tenant)
             if values or replace:
                 await about.set_metadata(pool, ids, values, replace=replace, collection=tenant)
             if names is not None or everyone:
@@ -332,9 +343,9 @@ def metadata_cmd(
         missing = [str(d) for d in ids if d not in found]
         if missing:
             raise MissingInput(f"metadata: no such document: {', '.join(missing)}")
-        return found
+        return ids, found
 
-    found = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+    ids, found = guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
     if as_json:
         click.echo(json.dumps({str(k): msgspec.to_builtins(v) for k, v in found.items()}))
         return

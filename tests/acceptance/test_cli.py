@@ -327,7 +327,7 @@ def test_reprocess_needs_a_target(readonly: dict[str, Result]) -> None:
     result = readonly["reprocess_no_target"]
     assert result.code == EXIT_USAGE, result
     no_traceback(result)
-    assert "give document ids, --all or --model" in result.err
+    assert "give documents (ids or file names), --all or --model" in result.err
 
 
 def test_reprocess_unknown_document(readonly: dict[str, Result]) -> None:

@@ -60,10 +60,11 @@ def test_labels_from_ingest_to_search(cli: Cli, dsn: str, tmp_path: Path) -> Non
     # Changed later: no stage runs, the next search sees it.
     doc = str(sql(dsn, "SELECT id::text FROM documents WHERE filename = 'sourdough.pdf'")[0]["id"])
     jobs = sql(dsn, "SELECT count(*) AS n FROM stage_jobs")[0]["n"]
-    # A file name is not an id: refused in one line that names it, nothing changed.
-    named = cli.run("metadata", "sourdough.pdf", "--set", "year=2024")
-    assert named.code == EXIT_USAGE and "not a document id: 'sourdough.pdf'" in named.err, named
-    shown = cli.run("metadata", doc, "--set", "year=2024", "--everyone", "--json")
+    # A name that is no document's is refused in one line that names it, nothing changed.
+    named = cli.run("metadata", "sourdough.txt", "--set", "year=2024")
+    assert named.code == EXIT_USAGE and "no document named 'sourdough.txt'" in named.err, named
+    # The document's own name stands for its id.
+    shown = cli.run("metadata", "sourdough.pdf", "--set", "year=2024", "--everyone", "--json")
     assert shown.code == EXIT_OK, shown
     assert shown.json()[doc] == {"metadata": {"team": "bakery", "year": "2024"}, "readers": None}
     assert search("--as", "sailors") == {"sourdough.pdf", "lighthouses.pdf"}

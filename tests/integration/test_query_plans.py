@@ -117,6 +117,9 @@ INTERACTIVE: list[tuple[str, str, list[Any]]] = [
     ("pipeline", "chunk_ordinals_of", [ANY_DOCS]),
     ("pipeline", "asset_keys_of", [ANY_DOCS]),
     ("documents", "existing_documents", [ANY_DOCS]),
+    # A file name where the CLI takes an id, in any or one collection.
+    ("documents", "documents_named", ["doc-777.pdf", None, 10]),
+    ("documents", "documents_named", ["doc-777.pdf", "default", 10]),
 ]
 
 
