@@ -30,9 +30,10 @@ import zlib
 from collections import Counter
 from collections.abc import Iterator
 from itertools import chain
-from typing import cast
+from typing import TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = [
     "AVERAGE_TERMS",
@@ -145,7 +146,16 @@ def text_vector(text: str, heading: str | None = None) -> tuple[list[int], list[
     once more, as a heading printed in the chunk would (the chunk's length is its text's).
     Indices in first-seen order: the index does not need them sorted."""
     counts, norm = _counts(text, heading)
-    return list(counts), [n * (K1 + 1) / (n + norm) for n in counts.values()]
+    return list(counts), [_bm25_tf(float(n), norm) for n in counts.values()]
+
+
+Tf = TypeVar("Tf", float, "npt.NDArray[np.float64]")
+
+
+def _bm25_tf(tf: Tf, norm: float) -> Tf:
+    """BM25's saturated term frequency (``norm``: its length normalisation, from
+    :func:`_counts`), of one count or of an array of them."""
+    return tf * (K1 + 1) / (tf + norm)
 
 
 def _counts(text: str, heading: str | None) -> tuple[Counter[int], float]:
@@ -217,7 +227,7 @@ def stored_vector(text: str, heading: str | None = None) -> bytes:
     indices = np.fromiter(counts, dtype="<u4", count=size)
     order = indices.argsort()
     tfs = np.fromiter(counts.values(), dtype=np.float64, count=size)[order]
-    weights = (tfs * (K1 + 1) / (tfs + norm)).astype("<f4")
+    weights = _bm25_tf(tfs, norm).astype("<f4")
     return bytes((STORED_FORMAT,)) + indices[order].tobytes() + weights.tobytes()
 
 
