@@ -36,7 +36,12 @@ class OpenOperation(Operation):
         self.security = []
 
 
-@get("/healthz", tags=["ops"], operation_class=OpenOperation, responses=problems(400))
+@get(
+    "/healthz",
+    tags=["ops"],
+    operation_class=OpenOperation,
+    responses=problems(400, database=False),
+)
 async def healthz(state: State) -> Health:
     """The process is up; ``events``: whether its event listener is on."""
     ctx: ServeContext = state.ctx

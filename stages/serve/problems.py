@@ -57,20 +57,24 @@ MEANINGS: dict[int, str] = {
     413: "the body is over the route's limit",
     415: "a body of a type the route does not take",
     422: "an Idempotency-Key used before for another request",
-    503: "not ready, or the database out of reach (with Retry-After)",
+    503: "the database out of reach: ask again after Retry-After",
 }
 
 
-def problems(*statuses: int, said: dict[int, str] | None = None) -> dict[int, ResponseSpec]:
+def problems(
+    *statuses: int, said: dict[int, str] | None = None, database: bool = True
+) -> dict[int, ResponseSpec]:
     """The problem documents a route answers with, for its OpenAPI ``responses`` (which
     replace Litestar's own 400, a body this API never sends). ``said``: a route's own
-    words for a status."""
+    words for a status; ``database``: the route reads PostgreSQL, so it answers 503 when
+    that is out of reach (:func:`on_unexpected`)."""
     words = {**MEANINGS, **(said or {})}
+    answered = dict.fromkeys((*statuses, 503) if database else statuses)
     return {
         status: ResponseSpec(
             Problem, description=words[status], media_type=PROBLEM_JSON, generate_examples=False
         )
-        for status in statuses
+        for status in answered
     }
 
 

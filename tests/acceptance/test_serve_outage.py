@@ -23,6 +23,13 @@ from tests.support.tcp_proxy import TcpProxy, through, upstream
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "tides.md"
 UNAVAILABLE = "database unavailable; try again shortly"
+DOORS = [
+    ("/v1/documents", "get"),
+    ("/v1/documents", "post"),
+    ("/v1/documents/{doc}", "get"),
+    ("/v1/search", "get"),
+    ("/v1/stages", "get"),
+]
 
 
 @pytest.fixture
@@ -44,6 +51,12 @@ def test_a_request_during_an_outage_is_503_with_retry_after(
     proxy, server = proxied
     with server.client() as http:
         assert http.get("/v1/documents").status_code == 200
+        # The schema says so of every route that reads the database.
+        paths = http.get("/v1/schema/openapi.json").json()["paths"]
+        for path, method in DOORS:
+            said = paths[path][method]["responses"]["503"]["description"]
+            assert "Retry-After" in said, (path, method, said)
+        assert "503" not in paths["/healthz"]["get"]["responses"]
         proxy.cut()
         answers = {
             "list": http.get("/v1/documents"),
