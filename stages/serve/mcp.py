@@ -42,6 +42,7 @@ from runtime.api import (
     Pool,
     RaglineError,
     Submitted,
+    is_database_unreachable,
     one_line,
 )
 from stages.actions import browse
@@ -52,6 +53,7 @@ from stages.ports.collections import check_collection_name
 from stages.ports.services import Services
 from stages.serve import access, uploads
 from stages.serve.auth import MCP_PATH, NOBODY, Caller, caller_in
+from stages.serve.problems import UNAVAILABLE
 
 #: A hit's text in a search result, at most (``read_chunk`` gives it whole).
 MAX_HIT_CHARS = 1200
@@ -139,16 +141,34 @@ def one_line_errors(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return await fn(*args, **kwargs)
-        except HTTPException as exc:  # the upload's checks answer as the HTTP API does
-            raise ToolError(one_line(str(exc.detail))) from None
-        except (RaglineError, MissingInput) as exc:
-            raise ToolError(one_line(str(exc))) from None
-        except (ValueError, OSError) as exc:
-            raise ToolError(one_line(str(exc) or type(exc).__name__)) from None
-        except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            raise ToolError(one_line(f"database: {type(exc).__name__}: {exc}")) from None
+        except _SAID as exc:
+            raise ToolError(tool_error(exc)) from None
 
     return wrapper
+
+
+#: Errors a tool answers with their one line (any other is the SDK's "unexpected").
+_SAID = (
+    HTTPException,
+    RaglineError,
+    MissingInput,
+    ValueError,
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+)
+
+
+def tool_error(exc: BaseException) -> str:
+    """A tool error's line: PostgreSQL out of reach as the HTTP API's 503 says it (not
+    the socket's own words), the upload's checks as the HTTP API answers them."""
+    if is_database_unreachable(exc):
+        return UNAVAILABLE
+    if isinstance(exc, HTTPException):
+        return one_line(str(exc.detail))
+    if isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError):
+        return one_line(f"database: {type(exc).__name__}: {exc}")
+    return one_line(str(exc) or type(exc).__name__)
 
 
 # -- what the tools answer ---------------------------------------------------------------

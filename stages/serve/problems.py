@@ -25,6 +25,8 @@ PROBLEM_JSON = "application/problem+json"
 #: Seconds a client is told to wait when PostgreSQL is out of reach: about what a
 #: restarting server, or the embedded one coming back under its supervisor, takes.
 DATABASE_RETRY_AFTER_S = 2
+#: What a request that finds PostgreSQL out of reach is told (HTTP's 503, MCP's tools).
+UNAVAILABLE = "database unavailable; try again shortly"
 
 
 class ApiError(HTTPException):
@@ -103,11 +105,7 @@ def on_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[P
         # Asking again is safe: an upload of the same bytes finds the document it made,
         # and the other writes set a state rather than add one.
         log.warning("%s %s: database unavailable (%s)", request.method, request.url.path, what)
-        return problem_response(
-            503,
-            "database unavailable; try again shortly",
-            {"Retry-After": str(DATABASE_RETRY_AFTER_S)},
-        )
+        return problem_response(503, UNAVAILABLE, {"Retry-After": str(DATABASE_RETRY_AFTER_S)})
     log.error("%s %s failed: %s at %s", request.method, request.url.path, what, raised_at(exc))
     return problem_response(500, "internal error; the server log has the details")
 

@@ -1,7 +1,8 @@
 """The HTTP API through a database outage: a request that finds PostgreSQL out of reach
 is answered 503 with ``Retry-After`` (not 500), the server lives on and serves again once
 the database is back, and the project's client, which asks again after a 503, rides the
-outage out. A real TCP proxy stands between the server and PostgreSQL, cut and resumed.
+outage out; an MCP tool says the same in one line. A real TCP proxy stands between the
+server and PostgreSQL, cut and resumed.
 """
 
 from __future__ import annotations
@@ -11,18 +12,21 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import httpx
+import httpx2
 import pytest
+from mcp import Client as McpClient
+from mcp.client.streamable_http import streamable_http_client
 
 from bench.harness.cli import Cli
 from bench.harness.procs import wait_for
 from bench.harness.serve import Server, running_server
 from stages.client import Client
-from stages.serve.problems import DATABASE_RETRY_AFTER_S
+from stages.serve.problems import DATABASE_RETRY_AFTER_S, UNAVAILABLE
 from tests.support.tcp_proxy import TcpProxy, through, upstream
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "tides.md"
-UNAVAILABLE = "database unavailable; try again shortly"
 DOORS = [
     ("/v1/documents", "get"),
     ("/v1/documents", "post"),
@@ -92,3 +96,24 @@ def test_the_client_rides_out_an_outage(proxied: tuple[TcpProxy, Server]) -> Non
         assert [d.id for d in client.documents()] == [accepted.id]
     # The upload met the outage (and was answered 503) before it went through.
     assert "POST /v1/documents: database unavailable (" in server.output()
+
+
+def test_an_mcp_tool_during_an_outage_says_so_in_one_line(
+    proxied: tuple[TcpProxy, Server],
+) -> None:
+    proxy, server = proxied
+
+    async def call(tool: str) -> tuple[bool, str]:
+        async with (
+            httpx2.AsyncClient(timeout=60) as http,
+            McpClient(streamable_http_client(server.url + "/mcp", http_client=http)) as client,
+        ):
+            result = await client.call_tool(tool, {})
+        return result.is_error, getattr(result.content[0], "text", "")
+
+    failed, _ = anyio.run(call, "list_documents")
+    assert not failed
+    proxy.cut()
+    assert anyio.run(call, "list_documents") == (True, f"list_documents: {UNAVAILABLE}")
+    proxy.resume()
+    wait_for(lambda: not anyio.run(call, "list_documents")[0], 30, "the database back")
