@@ -84,7 +84,8 @@ def database(database_url: str | None, data_dir: Path, *, supervise: bool = Fals
     """Yield a DSN; starts (or joins) the embedded cluster when no URL is given.
 
     ``supervise``: start the embedded cluster again whenever it dies while the block runs
-    (:mod:`runtime.db.supervisor`), for commands that run workers.
+    (:mod:`runtime.db.supervisor`), for long-running commands (workers, ingest, sync,
+    serve, mcp).
     """
     if database_url:
         yield database_url

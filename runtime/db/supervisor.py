@@ -1,4 +1,5 @@
-"""Keeps the embedded PostgreSQL up while a long-running command (workers, ingest) uses it.
+"""Keeps the embedded PostgreSQL up while a long-running command (workers, ingest, sync,
+serve, mcp) uses it.
 
 Every such process watches the cluster from a thread: when its postmaster is gone (killed,
 crashed, stopped under it), the process starts it again through
@@ -7,7 +8,7 @@ processes one starts it and the others find it running (they "wait for the owner
 acquire also puts back this process's entry in the users registry if it was removed.
 Meanwhile the workers' own reconnect logic holds their jobs: a stage that hits the outage
 is handed back without counting an attempt, a completion is retried until its lease runs
-out, and claims back off.
+out, and claims back off; the HTTP API answers 503 with Retry-After.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def mcp(app: App, principals: tuple[str, ...], no_paths: bool, max_upload_mb: in
                 await run_stdio(door)
 
     with term.installed():
-        guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn)))
+        guarded(lambda: app.with_database(lambda dsn: run_async(go, dsn), supervise=True))
 
 
 class Termination:

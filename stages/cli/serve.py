@@ -86,7 +86,9 @@ def serve(
             sse_heartbeat_s=sse_heartbeat_s,
             upload_dir=Path(app.data_dir) / "uploads",
         )
-        app.with_database(lambda dsn: run_server(app, config, dsn))
+        # Supervised: a server outlives many a crash of the embedded PostgreSQL, which is
+        # started again under it (requests meanwhile are answered 503 with Retry-After).
+        app.with_database(lambda dsn: run_server(app, config, dsn), supervise=True)
 
     with sigterm_unwinds():
         guarded(body)

@@ -1,5 +1,6 @@
 """The embedded PostgreSQL is supervised: killed mid-ingest it comes back and nothing is
-lost; ``db stop`` does not pull it from under live workers (issue 10, defect 3).
+lost; killed under ``serve`` it comes back and the server answers again (503 meanwhile);
+``db stop`` does not pull it from under live workers (issue 10, defect 3).
 
 These run on the embedded defaults (no ``DATABASE_URL``), with real processes and a
 postmaster killed with SIGKILL.
@@ -18,6 +19,7 @@ import pytest
 
 from bench.harness.db import sql, try_sql
 from bench.harness.procs import wait_for
+from bench.harness.serve import running_server
 from runtime.cli.common import EXIT_FAILED, EXIT_OK
 from runtime.db.embedded import EmbeddedPostgres
 from tests.support.embedded_helpers import EmbeddedCli, postmaster_pid
@@ -59,6 +61,31 @@ def test_postmaster_killed_mid_ingest_comes_back_and_nothing_is_lost(cli: Embedd
     assert check.code == EXIT_OK, check
     rows = query_after(cli)
     assert rows["lost"] == 0 and rows["max_attempts"] == 1, rows
+
+
+def test_postmaster_killed_under_serve_comes_back(cli: EmbeddedCli) -> None:
+    with running_server(cli) as server, server.client() as http:
+        assert http.get("/v1/documents").status_code == 200
+        crashed = postmaster_pid(cli.data_dir)
+        os.kill(crashed, signal.SIGKILL)
+        answers: list[int] = []
+
+        def served_again() -> bool:
+            answers.append(http.get("/v1/documents").status_code)
+            return answers[-1] == 200 and restarted(cli.data_dir, crashed)
+
+        wait_for(served_again, 60, "the server answering from a new postmaster")
+        output = server.output()
+    assert set(answers) <= {200, 503}, answers
+    assert "the embedded PostgreSQL is back" in output, output[-3000:]
+    assert "Traceback" not in output and " failed: " not in output, output[-3000:]
+
+
+def restarted(data_dir: Path, crashed: int) -> bool:
+    try:
+        return postmaster_pid(data_dir) != crashed
+    except (OSError, ValueError, IndexError):  # its postmaster.pid is being written
+        return False
 
 
 def query_after(cli: EmbeddedCli) -> dict[str, int]:
