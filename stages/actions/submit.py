@@ -26,6 +26,7 @@ from runtime.api import (
     annotate,
     document_span,
     escape_name,
+    is_database_unreachable,
     one_line,
 )
 from stages.actions.metadata import Labels, label
@@ -155,16 +156,29 @@ async def _submit(
     stored = await assets.put_stream(
         _file_chunks(path), fmt.media_type, lambda sha: original_key(doc_id, sha)
     )
-    result: Submitted | None = None
     try:
         result = await _record(
             docs, stored, doc_id, path, fmt, conn, force, max_attempts, collection, labels
         )
-        return result
-    finally:
-        if result is None or not result.created:  # no original without its own row
+    except BaseException as exc:
+        if not commit_outcome_unknown(exc):  # no original without its own row
             with anyio.CancelScope(shield=True):
                 await assets.delete(stored.key)
+        raise
+    if not result.created:  # the same bytes were there first
+        with anyio.CancelScope(shield=True):
+            await assets.delete(stored.key)
+    return result
+
+
+def commit_outcome_unknown(exc: BaseException) -> bool:
+    """Whether the document's transaction may have committed although ``exc`` came out of
+    it: the connection went (the COMMIT may have reached PostgreSQL, its answer not) or
+    the task was stopped while it waited. Its stored original then stays: the document
+    may name it (a submit or upload asked again finds the document), and if it does
+    not, it is an orphan that ``verify --repair`` removes."""
+    stopped = isinstance(exc, KeyboardInterrupt | anyio.get_cancelled_exc_class())
+    return stopped or is_database_unreachable(exc)
 
 
 async def _record(

@@ -45,7 +45,7 @@ from runtime.api import (
 )
 from stages.actions.metadata import check_metadata, check_principals
 from stages.actions.search import filters_of
-from stages.actions.submit import FIRST_STAGE, PDF, new_document
+from stages.actions.submit import FIRST_STAGE, PDF, commit_outcome_unknown, new_document
 from stages.db import search as search_db
 from stages.db import serve as serve_db
 from stages.parsing.formats.detect import by_media_type, detect
@@ -442,9 +442,10 @@ async def store(pool: asyncpg.Pool[Any], assets: AssetStore, upload: Upload) -> 
     except _KeyTaken:
         await assets.delete(stored.key)
         return await _winner(pool, upload)
-    except BaseException:
-        with anyio.CancelScope(shield=True):
-            await assets.delete(stored.key)
+    except BaseException as exc:
+        if not commit_outcome_unknown(exc):
+            with anyio.CancelScope(shield=True):
+                await assets.delete(stored.key)
         raise
     if not result.created:  # lost a race with a concurrent upload of the same bytes
         await assets.delete(stored.key)

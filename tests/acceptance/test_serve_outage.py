@@ -1,8 +1,9 @@
 """The HTTP API through a database outage: a request that finds PostgreSQL out of reach
 is answered 503 with ``Retry-After`` (not 500), the server lives on and serves again once
 the database is back, and the project's client, which asks again after a 503, rides the
-outage out; an MCP tool says the same in one line. A real TCP proxy stands between the
-server and PostgreSQL, cut and resumed.
+outage out; an MCP tool says the same in one line; an upload whose commit's answer is
+lost keeps its bytes. A real TCP proxy stands between the server and PostgreSQL, cut and
+resumed (or losing one answer).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from mcp import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
 
 from bench.harness.cli import Cli
+from bench.harness.db import sql
 from bench.harness.procs import wait_for
 from bench.harness.serve import Server, running_server
 from stages.client import Client
@@ -117,3 +119,21 @@ def test_an_mcp_tool_during_an_outage_says_so_in_one_line(
     assert anyio.run(call, "list_documents") == (True, f"list_documents: {UNAVAILABLE}")
     proxy.resume()
     wait_for(lambda: not anyio.run(call, "list_documents")[0], 30, "the database back")
+
+
+def test_an_upload_whose_commit_answer_is_lost_keeps_its_file(dsn: str, tmp_path: Path) -> None:
+    """The document's COMMIT reaches PostgreSQL and its answer is lost: the server cannot
+    know whether the document exists, answers 503, and keeps the uploaded bytes, so the
+    upload asked again finds the document whole and it is processed."""
+    with TcpProxy(upstream(dsn)) as proxy:
+        cli = Cli(through(proxy, dsn, tls=False), tmp_path / "data", tmp_path / "logs")
+        with running_server(cli) as server, server.client() as http:
+            proxy.lose_reply_after(b"COMMIT")
+            lost = upload(http, SAMPLE)
+            assert lost.status_code == 503, lost.text
+            again = upload(http, SAMPLE)
+            assert again.status_code == 200 and not again.json()["created"], again.text
+            doc = again.json()["id"]
+        assert cli.run("--exit-when-idle", timeout_s=110).code == 0
+        [row] = sql(dsn, "SELECT status::text, error FROM documents WHERE id = $1::uuid", doc)
+    assert row["status"] == "ready", dict(row)

@@ -2,7 +2,8 @@
 
 Each test reproduces a defect of issue 10 first: a file replaced between hashing and
 copying, a submit SIGKILLed midway, a non-UTF-8 name in a directory, a newline in a name,
-a dangling ``*.pdf`` symlink.
+a dangling ``*.pdf`` symlink; and a submit whose COMMIT's answer was lost (it deleted the
+original of a document that had committed).
 """
 
 from __future__ import annotations
@@ -25,15 +26,35 @@ from bench.harness.cli import Cli
 from bench.harness.procs import REPO
 from runtime.cli.common import EXIT_FAILED, EXIT_OK
 from runtime.db.connect import open_pool
+from runtime.db.errors import is_database_unreachable
 from runtime.jobs.documents import DocumentRepository
 from stages.actions.submit import submit
 from stages.adapters.assets.directory import DirStore
 from stages.ports.assets import Stored
 from tests.support.pdfs import write_truncated_pdf
+from tests.support.tcp_proxy import TcpProxy, through, upstream
 
 pytestmark = pytest.mark.anyio
 SAMPLE = REPO / "samples" / "sourdough.pdf"
 OTHER = REPO / "samples" / "lighthouses.pdf"
+
+
+async def test_a_submit_whose_commit_answer_is_lost_keeps_the_original(
+    dsn: str, tmp_path: Path
+) -> None:
+    store = DirStore(tmp_path / "assets")
+    with TcpProxy(upstream(dsn)) as proxy:
+        async with open_pool(through(proxy, dsn, tls=False)) as proxied:
+            proxy.lose_reply_after(b"COMMIT")
+            with pytest.raises(Exception) as lost:
+                await submit(proxied, store, SAMPLE)
+    assert is_database_unreachable(lost.value), lost.value
+    async with open_pool(dsn) as pool:
+        again = await submit(pool, store, SAMPLE)  # asked again: the commit had happened
+        doc = await DocumentRepository(pool).get(again.document_id)
+    assert not again.created and doc is not None and doc.asset_key is not None
+    assert await store.exists(doc.asset_key)
+    assert hashlib.sha256(await store.get(doc.asset_key)).hexdigest() == doc.sha256
 
 
 class SwapsTheFile:

@@ -2,7 +2,10 @@
 
 ``with TcpProxy(("127.0.0.1", 5432)) as proxy:`` forwards ``proxy.port`` to the target;
 ``proxy.cut()`` closes every connection and refuses new ones (as a dead server does);
-``proxy.resume()`` listens on the same port again (the server is back). The target may
+``proxy.resume()`` listens on the same port again (the server is back);
+``proxy.lose_reply_after(b"COMMIT")``: the next message holding those bytes reaches the
+server, and its reply never reaches the client, whose connection is closed (a commit that
+happened, its answer lost). The target may
 be a Unix socket's path (the embedded PostgreSQL's): :func:`upstream` gives a DSN's
 target, :func:`through` the DSN that connects through the proxy.
 """
@@ -27,6 +30,7 @@ class TcpProxy:
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
         self._cut = False
+        self._lose_after: bytes | None = None
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -47,16 +51,45 @@ class TcpProxy:
                     upstream.close()
                     return
                 self._sockets += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            lost = threading.Event()  # this link's client lost a reply
+            threading.Thread(target=self._up, args=(client, upstream, lost), daemon=True).start()
+            threading.Thread(target=self._down, args=(upstream, client, lost), daemon=True).start()
+
+    def lose_reply_after(self, marker: bytes) -> None:
+        """The next message from a client holding ``marker`` goes through; its reply is
+        dropped and that client's connection closed."""
+        self._lose_after = marker
+
+    def _up(self, client: socket.socket, upstream: socket.socket, lost: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                marker = self._take_marker(data)
+                if marker:
+                    lost.set()  # before the server can answer
+                upstream.sendall(data)
+                if marker:
+                    client.shutdown(socket.SHUT_RDWR)  # the client sees its connection go
+                    return
+        with contextlib.suppress(OSError):
+            upstream.shutdown(socket.SHUT_WR)
+
+    def _take_marker(self, data: bytes) -> bool:
+        with self._lock:
+            if self._lose_after is not None and self._lose_after in data:
+                self._lose_after = None
+                return True
+            return False
 
     @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _down(upstream: socket.socket, client: socket.socket, lost: threading.Event) -> None:
         with contextlib.suppress(OSError):
-            while data := src.recv(65536):
-                dst.sendall(data)
+            while data := upstream.recv(65536):
+                if lost.is_set():
+                    upstream.shutdown(socket.SHUT_RDWR)  # the reply came: drop it, hang up
+                    return
+                client.sendall(data)
         with contextlib.suppress(OSError):
-            dst.shutdown(socket.SHUT_WR)
+            client.shutdown(socket.SHUT_WR)
 
     def cut(self) -> None:
         """Close every connection and stop listening: new connects are refused."""
@@ -113,10 +146,13 @@ def upstream(dsn: str) -> Target:
     return f"{query['host']}/.s.PGSQL.{query.get('port', '5432')}"
 
 
-def through(proxy: TcpProxy, dsn: str) -> str:
-    """``dsn`` with its host and port those of ``proxy`` (a socket's dropped)."""
+def through(proxy: TcpProxy, dsn: str, *, tls: bool = True) -> str:
+    """``dsn`` with its host and port those of ``proxy`` (a socket's dropped); without
+    ``tls``, never encrypted, so that the proxy can read the statements it carries."""
     parts = urlsplit(dsn)
     host = f"127.0.0.1:{proxy.port}"
     netloc = f"{parts.username}@{host}" if parts.username else host
     query = [(k, v) for k, v in parse_qsl(parts.query) if k not in ("host", "port")]
+    if not tls:
+        query = [(k, v) for k, v in query if k != "sslmode"] + [("sslmode", "disable")]
     return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query)))
