@@ -42,6 +42,9 @@ _UNREACHABLE: tuple[type[BaseException], ...] = (
     DatabaseUnavailable,
     asyncpg.PostgresConnectionError,
     asyncpg.exceptions.ConnectionDoesNotExistError,
+    # A pooled connection whose backend died under it (asyncpg#1069, as above): the first
+    # request after a killed postmaster met it (tests/acceptance/test_embedded_outage.py).
+    asyncpg.InternalClientError,
     asyncpg.exceptions.OperatorInterventionError,
     asyncpg.exceptions.TooManyConnectionsError,
 )

@@ -59,6 +59,7 @@ def test_an_error_raised_from_a_lost_connection_is_unreachable() -> None:
     "exc",
     [
         asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed"),
+        asyncpg.InternalClientError("unexpected connection_lost() call"),
         asyncpg.exceptions.CannotConnectNowError("the database system is starting up"),
         asyncpg.exceptions.AdminShutdownError("terminating connection"),
         asyncpg.exceptions.TooManyConnectionsError("too many clients"),
