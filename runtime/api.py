@@ -30,7 +30,7 @@ if TYPE_CHECKING:
         run_async,
     )
     from runtime.cli.options import WorkerOptions, env_option, worker_config
-    from runtime.cli.refs import DocumentRef, parse_refs, resolve_refs
+    from runtime.cli.refs import parse_refs, resolve_refs
     from runtime.db.connect import open_pool
     from runtime.db.errors import CONNECTION_ERRORS, is_database_unreachable, is_storage_full
     from runtime.db.migrate import pending

@@ -117,7 +117,9 @@ _ROOTS = ("site-packages", "stages", "runtime", "tests", "bench")
 def raised_at(exc: BaseException, frames: int = 3) -> str:
     """Where ``exc`` was raised, innermost frame first (``stages/db/search.py:88 in
     hits < ...``): code locations only, never the error's text or a variable's value."""
-    stack = traceback.extract_tb(exc.__traceback__)[-frames:]
+    # Positions only: no source line is read for a log line that prints none.
+    walked = traceback.walk_tb(exc.__traceback__)
+    stack = traceback.StackSummary.extract(walked, lookup_lines=False)[-frames:]
     return " < ".join(f"{_short(f.filename)}:{f.lineno} in {f.name}" for f in reversed(stack))
 
 
